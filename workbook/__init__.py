@@ -1,0 +1,8 @@
+"""The shared floor of the workbook: GPU specs, timing, records, plots, SASS tools, the report.
+
+Nothing in here knows about k-means or GEMM; `kmeans_kernels` and `gemm_kernels` build on it.
+"""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DATA = ROOT / "data"
