@@ -2,9 +2,15 @@
 
 Inputs `x [N, D]` and `c [K, D]` of one floating dtype, on one device (CPU or CUDA).
 
-* The score of centroid k for point i is ``s = 0.5 * ||c_k||^2 - <x_i, c_k>``, with the dot product and the
-  norm accumulated in float32. It ranks centroids exactly as the squared distance does, since
+* The score of centroid k for point i is ``s = 0.5 * ||c_k||^2 - <x_i, c_k>``, a float32 subtraction of
+  float32 values. It ranks centroids exactly as the squared distance does, since
   ``||x - c||^2 = ||x||^2 + 2 * s`` and ``||x||^2`` is the same for every k.
+* The dot product and the norm are float32 values at least as accurate as an fp32 accumulation: here they
+  are accumulated in float64 and rounded once to float32. That makes a score depend only on the point and
+  the centroid, never on the centroid's column (a CPU fp32 GEMM rounds identical columns differently at
+  some positions, which would break ties between duplicate centroids). On inputs whose products and sums
+  are exact in fp32 (small integers in bf16) every fp32 kernel must agree with it bit for bit; on random
+  data, wherever no two scores of a row lie within fp32 accumulation error of each other.
 * The winner is the smallest score under a strict ``<`` scanning k upward, so the **lowest index wins ties**;
   ``-0.0`` equals ``+0.0``; a NaN score never wins; ``+inf`` never wins; ``-inf`` beats every finite score.
 * A row where no score wins (all NaN or +inf) gets ``-1``.
@@ -47,9 +53,14 @@ def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None = N
 
 
 def centroid_norms(c: torch.Tensor) -> torch.Tensor:
-    """||c_k||^2 accumulated in float32, float32 [K] (the 0.5 is applied in the score, not here)."""
-    c32 = c.float()
-    return (c32 * c32).sum(dim=1)
+    """||c_k||^2 as float32 [K], accumulated in float64 (the 0.5 is applied in the score, not here)."""
+    c64 = c.double()
+    return (c64 * c64).sum(dim=1).float()
+
+
+def _dots(x: torch.Tensor, c64: torch.Tensor) -> torch.Tensor:
+    """<x_i, c_k> accumulated in float64 and rounded once to float32: independent of k's position."""
+    return (x.double() @ c64.t()).float()
 
 
 def _row_block(N: int, K: int) -> int:
@@ -60,17 +71,6 @@ def _col_block(K: int) -> int:
     return max(1, min(K, _BLOCK_ELEMENTS))
 
 
-class _exact_fp32_matmul:
-    """Turn TF32 off for the duration (a user's `set_float32_matmul_precision` must not change the answer)."""
-
-    def __enter__(self):
-        self._saved = torch.get_float32_matmul_precision()
-        torch.set_float32_matmul_precision("highest")
-
-    def __exit__(self, *exc):
-        torch.set_float32_matmul_precision(self._saved)
-
-
 def _half_norms(c: torch.Tensor, c_sq: torch.Tensor | None) -> torch.Tensor:
     return 0.5 * (centroid_norms(c) if c_sq is None else c_sq.float())
 
@@ -78,9 +78,7 @@ def _half_norms(c: torch.Tensor, c_sq: torch.Tensor | None) -> torch.Tensor:
 def scores(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None = None) -> torch.Tensor:
     """The full float32 score matrix [N, K]. Materialises N x K: for inspection and tests, not for N = 1M."""
     check_inputs(x, c, c_sq)
-    half = _half_norms(c, c_sq)
-    with _exact_fp32_matmul():
-        return half - x.float() @ c.float().t()
+    return _half_norms(c, c_sq) - _dots(x, c.double())
 
 
 def _argmin_block(s: torch.Tensor, k0: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -101,21 +99,14 @@ def assign(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None = None) -
     check_inputs(x, c, c_sq)
     N, K = x.shape[0], c.shape[0]
     half = _half_norms(c, c_sq)
-    c32 = c.float()
+    c64 = c.double()
     out = torch.empty(N, dtype=torch.int32, device=x.device)
     rb, cb = _row_block(N, K), _col_block(K)
-    with _exact_fp32_matmul():
-        _assign_blocks(x, c32, half, out, rb, cb)
-    return out
-
-
-def _assign_blocks(x, c32, half, out, rb, cb) -> None:
-    N, K = x.shape[0], c32.shape[0]
     for r0 in range(0, N, rb):
-        xr = x[r0:r0 + rb].float()
+        xr = x[r0:r0 + rb]
         best = idx = None
         for k0 in range(0, K, cb):
-            s = half[k0:k0 + cb] - xr @ c32[k0:k0 + cb].t()
+            s = half[k0:k0 + cb] - _dots(xr, c64[k0:k0 + cb])
             b, i = _argmin_block(s, k0)
             if best is None:
                 best, idx = b, i
@@ -124,3 +115,4 @@ def _assign_blocks(x, c32, half, out, rb, cb) -> None:
                 take = b < best
                 best, idx = torch.where(take, b, best), torch.where(take, i, idx)
         out[r0:r0 + rb] = idx.to(torch.int32)
+    return out

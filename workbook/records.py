@@ -1,0 +1,181 @@
+"""Measurements as rows of CSV files, one file per table and GPU: data/measured/<gpu>/<table>.csv.
+
+    rows = [{"kernel": "ours", "variant": "ilp2", "N": 65536, "D": 128, "K": 4096,
+             "ms_median": t.ms_median, "ms_min": t.ms_min, "ms_max": t.ms_max,
+             "tflops": t.tflops(2 * 65536 * 128 * 4096), "match_rate": 1.0}]
+    records.append("h200", "kmeans_assign", rows)      # provenance columns are filled in
+    df = records.read("h200", "kmeans_assign")
+
+A row is `kernel, variant, <shape columns>, ms_median, ms_min, ms_max, tflops, match_rate` followed by
+its provenance `gpu, sm_count, driver, torch, cutlass_dsl, commit, date`. The shape columns are
+whatever the caller measures over (N, D, K for k-means; M, N, K for GEMM): this module does not
+know or care. The first append to a table fixes its columns; later rows must have the same ones,
+so that a table never silently grows blanks.
+
+A row says which device measured it, and `append` refuses rows whose `gpu` column does not name
+the folder's GPU: numbers taken on one machine cannot end up filed under another.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import functools
+import importlib.metadata
+import math
+import numbers
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import pandas as pd
+import torch
+
+from workbook import DATA, ROOT
+
+MEASURED = DATA / "measured"
+IDENTITY = ("kernel", "variant")
+RESULTS = ("ms_median", "ms_min", "ms_max", "tflops", "match_rate")
+PROVENANCE = ("gpu", "sm_count", "driver", "torch", "cutlass_dsl", "commit", "date")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]*$")
+
+
+def _run(cmd: list[str]) -> str:
+    """stdout of a short command, or "" if it is missing or fails."""
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=20, check=True, cwd=ROOT).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def _driver() -> str:
+    if shutil.which("nvidia-smi") is None:
+        return ""
+    out = _run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"])
+    return out.splitlines()[0].strip() if out else ""
+
+
+def _commit() -> str:
+    sha = _run(["git", "rev-parse", "--short", "HEAD"])
+    if not sha:
+        return "unknown"
+    # uncommitted edits mean the numbers may not come from the code at `sha`
+    dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
+    return f"{sha}-dirty" if dirty else sha
+
+
+@functools.lru_cache(maxsize=1)
+def _static_provenance() -> tuple[tuple[str, Any], ...]:
+    # what cannot change while a process runs; the commit can, so it is looked up every time
+    try:
+        dsl = importlib.metadata.version("nvidia-cutlass-dsl")
+    except importlib.metadata.PackageNotFoundError:
+        dsl = ""
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        gpu, sms = props.name, int(props.multi_processor_count)
+    else:
+        gpu, sms = "cpu", 0
+    torch_version = torch.__version__ + (f" (CUDA {torch.version.cuda})" if torch.version.cuda else "")
+    return (("gpu", gpu), ("sm_count", sms), ("driver", _driver()), ("torch", torch_version),
+            ("cutlass_dsl", dsl))
+
+
+def provenance() -> dict[str, Any]:
+    """Where a measurement taken now, in this process, comes from: one value per PROVENANCE column.
+    `gpu` is the CUDA device's name ("cpu" without one), `driver` is "" without nvidia-smi,
+    `commit` is "unknown" outside a git checkout and ends in "-dirty" with uncommitted edits."""
+    prov = dict(_static_provenance())
+    prov["commit"] = _commit()
+    prov["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {k: prov[k] for k in PROVENANCE}
+
+
+def _check_name(what: str, value: Any) -> str:
+    if not isinstance(value, str) or not _NAME.match(value):
+        raise ValueError(f"{what} must be a lowercase name like 'h200' or 'kmeans_assign' "
+                         f"(letters, digits, '_', '-', '.'), got {value!r}")
+    return value
+
+
+def path(gpu: str, table: str, *, root: Path | str | None = None) -> Path:
+    """The CSV file of `table` measured on `gpu`."""
+    return Path(root or MEASURED) / _check_name("gpu", gpu) / f"{_check_name('table', table)}.csv"
+
+
+def _check_results(i: int, row: Mapping[str, Any]) -> None:
+    def number(col: str) -> float:
+        v = row[col]
+        if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+            raise ValueError(f"row {i}: {col} must be a finite number, got {v!r}")
+        return float(v)
+    lo, med, hi = number("ms_min"), number("ms_median"), number("ms_max")
+    if not 0 < lo <= med <= hi:
+        raise ValueError(f"row {i}: need 0 < ms_min <= ms_median <= ms_max, got {lo}, {med}, {hi}")
+    if number("tflops") < 0:
+        raise ValueError(f"row {i}: tflops must be >= 0, got {row['tflops']}")
+    if not 0 <= number("match_rate") <= 1:
+        raise ValueError(f"row {i}: match_rate is a fraction in [0, 1], got {row['match_rate']}")
+
+
+def append(gpu: str, table: str, rows: Iterable[Mapping[str, Any]] | pd.DataFrame, *,
+           root: Path | str | None = None) -> Path:
+    """Append `rows` (dicts, or a DataFrame) to data/measured/<gpu>/<table>.csv, writing the header on
+    first use; provenance columns a row lacks are filled from `provenance()`. Returns the file.
+
+    Raises ValueError, writing nothing, if a row lacks a required column, has columns the table does
+    not have, holds an impossible result, or was measured on a device that is not `gpu`."""
+    target = path(gpu, table, root=root)
+    records = rows.to_dict("records") if isinstance(rows, pd.DataFrame) else [dict(r) for r in rows]
+    if not records:
+        raise ValueError("no rows to append")
+    prov = provenance()
+    records = [{**{k: v for k, v in prov.items() if k not in r}, **r} for r in records]
+
+    if target.exists():
+        with target.open(newline="") as f:
+            header = next(csv.reader(f), None)
+        if not header:
+            raise ValueError(f"{target} exists but has no header; remove or repair it")
+    else:
+        first = records[0]
+        shape = [c for c in first if c not in IDENTITY + RESULTS + PROVENANCE]
+        header = [*IDENTITY, *shape, *RESULTS, *PROVENANCE]
+
+    required = set(IDENTITY + RESULTS + PROVENANCE) | set(header)
+    for i, r in enumerate(records):
+        missing = [c for c in header if c not in r] + sorted(required - set(header) - set(r))
+        if missing:
+            raise ValueError(f"row {i} of {table!r} lacks required column(s) {missing}")
+        extra = [c for c in r if c not in header]
+        if extra:
+            raise ValueError(f"row {i} has column(s) {extra} that {target.name} does not have "
+                             f"(its columns: {header})")
+        _check_results(i, r)
+        if gpu not in str(r["gpu"]).lower().replace(" ", ""):
+            raise ValueError(f"row {i} was measured on {r['gpu']!r}, which is not {gpu!r}; "
+                             f"file it under that device's folder")
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    new = not target.exists()
+    with target.open("a", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        if new:
+            writer.writeheader()
+        writer.writerows(records)
+    return target
+
+
+def read(gpu: str, table: str, *, root: Path | str | None = None) -> pd.DataFrame:
+    """The rows of one table; an empty frame with the fixed columns if nothing was recorded yet."""
+    target = path(gpu, table, root=root)
+    if not target.exists():
+        return pd.DataFrame(columns=[*IDENTITY, *RESULTS, *PROVENANCE])
+    return pd.read_csv(target)
+
+
+def tables(gpu: str, *, root: Path | str | None = None) -> list[str]:
+    """The tables recorded for `gpu`, by name."""
+    folder = Path(root or MEASURED) / _check_name("gpu", gpu)
+    return sorted(p.stem for p in folder.glob("*.csv"))

@@ -1,0 +1,133 @@
+"""How every kernel in the workbook is timed: the seeds' method, in one function.
+
+    t = bench(fn, [(x0, c0), (x1, c1), (x2, c2)])    # 10 warm-up calls, 30 timed calls
+    t.ms_median, t.ms_min, t.ms_max, t.samples
+
+The method of the PRs this workbook reproduces (seed 000):
+
+* several independently seeded input sets, rotated between calls, so that a call does not simply
+  find the previous call's inputs and outputs still in L2;
+* 10 warm-up calls (JIT compilation, caches, clocks), then 30 timed calls;
+* each timed call bracketed by two CUDA events and synchronized, so a sample is one call's time
+  on the GPU from the moment the stream reached it; this includes the call's launch latency
+  (a few microseconds), exactly as the PR's numbers do;
+* the median of the 30 samples is the reported latency (robust to the odd preempted call).
+
+With no CUDA tensor among the inputs the same loop runs on the host and times each call with
+`time.perf_counter`. That path exists to test the harness on a machine without a GPU; CPU times
+are never a stand-in for GPU times. `Timing.clock` says which clock produced the samples.
+
+The summaries of many timings live here too: `geomean` and `geomean_speedup_pct`, the statistic
+every table of the seeds reports.
+"""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Sequence
+
+import torch
+
+CUDA_EVENTS = "cuda_events"
+PERF_COUNTER = "perf_counter"
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Latencies of `len(samples)` timed calls, in milliseconds."""
+    ms_min: float
+    ms_median: float
+    ms_max: float
+    samples: tuple[float, ...]
+    clock: str = CUDA_EVENTS
+
+    def tflops(self, flops: float) -> float:
+        """Throughput at the median latency, in TFLOP/s, for a call that does `flops` operations."""
+        return flops / (self.ms_median * 1e-3) / 1e12
+
+    def __str__(self) -> str:
+        where = "GPU" if self.clock == CUDA_EVENTS else "CPU, harness test only"
+        return (f"median {self.ms_median:.4f} ms (min {self.ms_min:.4f}, max {self.ms_max:.4f}; "
+                f"{len(self.samples)} calls, {where})")
+
+
+def _has_cuda_tensor(args: Iterable[Any]) -> bool:
+    return any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+
+
+def _check_count(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: int = 10, iters: int = 30,
+          *, clock: Callable[[], float] | None = None) -> Timing:
+    """Time `fn(*input_sets[i % len(input_sets)])`, call i = 0, 1, 2, ... (warm-up calls first).
+
+    `input_sets` is a sequence of argument tuples. If any argument is a CUDA tensor the calls are
+    timed with CUDA events on the current stream; otherwise with `clock` (seconds, default
+    `time.perf_counter`), which is only meant for testing this harness without a GPU.
+    """
+    if not callable(fn):
+        raise ValueError(f"fn must be callable, got {type(fn).__name__}")
+    if isinstance(input_sets, (str, bytes)) or not isinstance(input_sets, Sequence) or len(input_sets) == 0:
+        raise ValueError("input_sets must be a non-empty sequence of argument tuples, e.g. [(x0, c0), (x1, c1)]")
+    for i, args in enumerate(input_sets):
+        if not isinstance(args, (tuple, list)):
+            raise ValueError(f"input_sets[{i}] must be a tuple or list of arguments, got {type(args).__name__}; "
+                             f"wrap a single argument as (arg,)")
+    _check_count("warmup", warmup, 0)
+    _check_count("iters", iters, 1)
+
+    on_gpu = any(_has_cuda_tensor(args) for args in input_sets)
+    if on_gpu and clock is not None:
+        raise ValueError("clock= only applies to CPU timing; CUDA tensors are timed with CUDA events")
+
+    n = len(input_sets)
+    for i in range(warmup):
+        fn(*input_sets[i % n])
+
+    samples: list[float] = []
+    if on_gpu:
+        torch.cuda.synchronize()
+        for i in range(warmup, warmup + iters):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn(*input_sets[i % n])
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end))
+    else:
+        now = clock or time.perf_counter
+        for i in range(warmup, warmup + iters):
+            t0 = now()
+            fn(*input_sets[i % n])
+            samples.append((now() - t0) * 1e3)
+        if any(s < 0 for s in samples):
+            raise ValueError("the clock went backwards; pass a monotonic clock")
+
+    return Timing(ms_min=min(samples), ms_median=statistics.median(samples), ms_max=max(samples),
+                  samples=tuple(samples), clock=CUDA_EVENTS if on_gpu else PERF_COUNTER)
+
+
+def geomean(values: Iterable[float]) -> float:
+    """Geometric mean of positive numbers (latencies, ratios)."""
+    vals = [float(v) for v in values]
+    if not vals:
+        raise ValueError("geomean of no values")
+    if any(not (v > 0 and math.isfinite(v)) for v in vals):
+        raise ValueError(f"geomean needs finite positive values, got {vals}")
+    return math.exp(math.fsum(math.log(v) for v in vals) / len(vals))
+
+
+def geomean_speedup_pct(speedups_pct: Iterable[float]) -> float:
+    """The geometric-mean speedup of per-case speedups given in percent: geomean(1 + p/100) - 1, in percent.
+
+    This is how the seeds summarize a table (seed 000: "7.77% geometric-mean speedup"); it is not
+    the arithmetic mean of the percentages, which overweights the large ones.
+    """
+    return (geomean(1.0 + p / 100.0 for p in speedups_pct) - 1.0) * 100.0
