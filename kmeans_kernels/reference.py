@@ -1,6 +1,7 @@
 """The reference semantics of k-means assignment: every kernel must give these answers.
 
-Inputs `x [N, D]` and `c [K, D]` of one floating dtype, on one device (CPU or CUDA).
+Inputs `x [N, D]` and `c [K, D]`, floating (bf16, fp16, fp32 or fp64; they need not match: the
+reference computes in float64), on one device (CPU or CUDA). The kernels take bf16 or fp16 of one dtype.
 
 * The score of centroid k for point i is ``s = 0.5 * ||c_k||^2 - <x_i, c_k>``, a float32 subtraction of
   float32 values. It ranks centroids exactly as the squared distance does, since
