@@ -1,0 +1,356 @@
+# %% [markdown]
+# # 08 · Wave-tail balancing: fill the last wave of a persistent GEMM
+#
+# A persistent GEMM keeps one CTA (or one CTA pair) resident per *slot* and lets each walk a list of output
+# tiles. When the number of tiles is not a multiple of the number of slots, the last wave runs partly empty
+# and the GPU waits for a few stragglers. Seed 004 (cuda-oxide `gemm_sol_final` on B200) fixes this by
+# re-cutting a few wide tiles into narrower ones so that the last wave is full.
+#
+# **You will learn**
+#
+# * how many waves a tiling takes, and what the partial last wave costs (the *tail*);
+# * the seed's re-cutting rule: *g* wide tiles become *g + 1* narrow ones, adding one item and no work;
+# * how `gemm_kernels.waves.plan` derives the seed's three B200 plans from M, N, 74 slots and the allowed
+#   tile widths alone (no table of answers), and why it picks N192 at 4096³ but N224 at 8192³;
+# * on which H200 shapes the same trick should pay (≥ 5 % predicted), and what was measured there.
+#
+# **What runs where.** Everything in sections 1 and 2 is arithmetic and runs on any CPU: the plans are
+# *computed*, with one modelling assumption, stated where it is used. Section 3 puts measurements next to
+# the predictions: the seed's B200 table, and our H200 runs when `data/measured/h200/gemm.csv` holds them.
+
+# %%
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import Markdown, display
+
+from gemm_kernels import hopper, waves
+from workbook import gpus, plots, pr, records
+
+pd.set_option("display.width", 160)
+print(gpus.describe())
+
+# %% [markdown]
+# ## 1. Slots, waves and the tail
+#
+# On B200 the seed computes each 256 × 256 output tile with a CTA pair (`tcgen05` with `cta_group::2`:
+# each CTA holds 128 rows of the tile), so the 148 SMs give **S = 74 slots**. With *T* equal tiles,
+#
+# $$\text{waves} = \frac{T}{S}, \qquad \text{makespan} = \Big\lceil \frac{T}{S} \Big\rceil, \qquad
+# \text{ideal} = \frac{T}{S}$$
+#
+# in units of one tile's run time. At 4096³, *T* = 16 × 16 = 256 and 256 / 74 = 3.46: three full waves,
+# then 34 tiles on 74 pairs while the other 40 pairs sit idle.
+#
+# **The rule.** Re-cut a group of *g* wide tiles (*g · W* columns of one tile row) into *g + 1* tiles of
+# width *w = g · W / (g + 1)*. The columns are the same, so the work is the same, and there is one more
+# item. Making *r = (−T) mod S* such re-cuts turns the item count into a multiple of *S*. The narrow tiles
+# go last in the schedule, so the tail waves run the shorter tiles.
+#
+# **The model** (the one assumption): a tile's run time is proportional to its width, 1.0 for a full
+# N256 tile, and nothing else costs time. Our kernels hand items to slots round-robin (CTA *i* runs items
+# *i, i + S, i + 2S, …*), and the planner simulates exactly that.
+#
+# Below, each column is one CTA pair and time runs downward; hatched grey is idle.
+
+# %%
+SEED = dict(gpu="b200", tile_m=256, tile_ns=(256, 224, 192))  # seed 004: M256 pair tiles, N256 / N224 / N192
+MODEL = "gemm_kernels.waves (model: tile time proportional to width; not a measurement)"
+
+
+def before_after(M, N, *, last_waves=None, slot_label="CTA pair", **config):
+    # uniform above, balanced below, on one time axis so the shorter makespan shows as a shorter bar
+    uniform = waves.plan(M, N, balanced=False, **config)
+    balanced = waves.plan(M, N, **config)
+    fig, axes = plt.subplots(2, 1, figsize=(11, 6.8), sharex=True, layout="constrained")
+    for ax, p, name in zip(axes, (uniform, balanced), ("uniform tiles", "balanced tiles")):
+        plots.wave_occupancy(p.gantt(), ax=ax, slot_label=slot_label, source=MODEL,
+                             title=f"{M} x {N} on {p.gpu}, {name}")
+        ax.set_ylim(uniform.makespan, 0 if last_waves is None else uniform.makespan - last_waves)
+    if balanced.makespan < uniform.makespan:
+        axes[1].axhline(balanced.makespan, color="0.15", linestyle="--", linewidth=1)
+        axes[1].annotate(f"done at {balanced.makespan:g} instead of {uniform.makespan:g} "
+                         f"({uniform.makespan / balanced.makespan - 1:+.1%} throughput)",
+                         xy=(0.5, (balanced.makespan + uniform.makespan) / 2), xycoords=("axes fraction", "data"),
+                         ha="center", va="center", fontsize="small", color="0.15")
+    if last_waves is not None:
+        fig.suptitle(f"last {last_waves} waves of {uniform.makespan:g}", fontsize="medium")
+    return uniform, balanced, fig
+
+
+uniform, balanced, fig = before_after(4096, 4096, **SEED)
+plt.show()
+print(uniform.describe())
+print(balanced.describe())
+
+# %% [markdown]
+# The balanced plan re-cuts 40 triplets of N256 tiles (768 columns each) into four N192 tiles: 296 = 4 × 74
+# items. Slots 0–61 now run two wide tiles and two narrow ones, 1 + 1 + 0.75 + 0.75 = 3.5 tile-times; the
+# seed's "cuts waves 3 & 4 from 1.0 + 1.0 to 0.75 + 0.75". The model predicts 4.0 → 3.5 tile-times against an
+# ideal of 3.46: 12.5 % less time, or 14.3 % more throughput. Below, *gain* always means the latter,
+# uniform time / balanced time − 1, the way the seed's TFLOP/s compare.
+#
+# **Which width?** The planner tries every allowed narrow width that has enough whole groups in the matrix,
+# simulates the schedule, and keeps the shortest (the uniform plan if none is shorter). At 8192³ the two
+# candidates give:
+
+# %%
+rows = []
+for narrow, p in waves.alternatives(8192, 8192, **SEED).items():
+    if narrow is None:
+        rows.append(dict(plan="uniform N256", narrow_tiles=0, slots_with_no_narrow_tile=p.slots, makespan=p.makespan))
+        continue
+    g = narrow // (256 - narrow)
+    without = sum(all(p.items[r.item].width == 256 for r in runs) for runs in p.timeline)
+    rows.append(dict(plan=f"{p.groups} re-cuts {g} x N256 -> {g + 1} x N{narrow}",
+                     narrow_tiles=p.width_counts[narrow], slots_with_no_narrow_tile=without, makespan=p.makespan))
+display(pd.DataFrame(rows).style.format({"makespan": "{:g}"}).hide(axis="index"))
+
+# %% [markdown]
+# 12 re-cuts fill the last wave either way. With N192 they make only 48 narrow tiles, fewer than the 74
+# slots, so some slot still runs 14 wide tiles and the makespan stays 14. With N224 they make 96: every slot
+# gets at least one 0.875-long tile, and the makespan drops to 13.875. In general, with round-robin slots,
+# the makespan is *a + (k − a) · w/W*, where *k* is the number of waves and *a* the most wide tiles on one
+# slot; it only improves when there are at least *S* narrow tiles. At 4096³ the opposite limit bites: 40
+# re-cuts are needed, but a 16-tile row holds only two groups of 7, 32 in all, so N224 is not possible.
+#
+# Here is what seed 004 states next to what the planner derives:
+
+# %%
+# Seed 004, section 2 ("Wave-Tail Tile Balancing Across 74 B200 CTA Pairs"), transcribed
+seed_says = pd.DataFrame([
+    dict(size=4096, tiles=256, waves=3.46, idle_pairs=40, recut="3 x 256 -> 4 x 192", recuts=40, items=296),
+    dict(size=8192, tiles=1024, waves=13.84, idle_pairs=12, recut="7 x 256 -> 8 x 224", recuts=12, items=1036),
+    dict(size=16384, tiles=4096, waves=55.35, idle_pairs=48, recut="7 x 256 -> 8 x 224", recuts=48, items=4144),
+])
+
+derived = []
+for size in seed_says["size"]:
+    u = waves.plan(size, size, balanced=False, **SEED)
+    b = waves.plan(size, size, **SEED)
+    g = b.narrow // (256 - b.narrow)
+    derived.append(dict(size=size, tiles=len(u.items), waves=round(u.waves, 2),
+                        idle_pairs=round((1 - u.last_wave_fill) * u.slots), recut=f"{g} x 256 -> {g + 1} x {b.narrow}",
+                        recuts=b.groups, items=len(b.items), makespan_uniform=u.makespan,
+                        makespan_balanced=b.makespan, ideal=round(b.ideal, 3),
+                        predicted_gain=f"{u.makespan / b.makespan - 1:.1%}"))
+derived = pd.DataFrame(derived)
+agree = (derived[seed_says.columns] == seed_says).all(axis=None)
+display(derived)
+print("planner reproduces seed 004 exactly:", agree)
+assert agree
+
+# %%
+for size in (8192, 16384):
+    before_after(size, size, last_waves=3, **SEED)
+    plt.show()
+
+# %% [markdown]
+# At 8192³ and 16384³ the tail is a small part of the whole (1 wave in 14, in 56), so the predicted gain is
+# small too: 0.9 % and 1.1 %. Balancing is worth most where there are few waves and a nearly empty last one.
+#
+# ## 2. Where should balancing pay on the H200?
+#
+# The H200 has 132 SMs. Our Hopper GEMM (`gemm_kernels.hopper`) computes a 128 × N256 tile per CTA, one CTA
+# per SM, so **132 slots**. Not every narrow width suits it: `hopper.narrow_widths(256)` lists those it can
+# run (its docstring says why), and the sweep below allows only those. A variant with 2-CTA clusters
+# (256-row items, B shared by TMA multicast) would have **66 slots**
+# (`cutlass.utils.HardwareInfo().get_max_active_clusters(2)` on our H200).
+#
+# The sweep covers square sizes and the linear layers of two public decoder models at a few token counts
+# (M = tokens, N = out features, K = in features; K does not change a plan).
+
+# %%
+H200_1CTA = dict(gpu="h200", tile_m=hopper.TILE_M, tile_ns=(256, *hopper.narrow_widths(256)))
+H200_2CTA = dict(H200_1CTA, tile_m=2 * hopper.TILE_M, ctas_per_item=2)
+COLUMNS = ["shape", "M", "N", "K", "tiles", "waves", "last_wave_fill", "narrow", "items",
+           "makespan_uniform", "makespan_balanced", "ideal", "gain"]
+
+
+def show(table):
+    display(table[COLUMNS].style.format({"gain": "{:.1%}", "last_wave_fill": "{:.0%}", "ideal": "{:.2f}",
+                                         "waves": "{:.2f}", "makespan_uniform": "{:g}", "makespan_balanced": "{:g}"},
+                                        na_rep="").hide(axis="index"))
+
+
+print(f"H200, 1-CTA 128 x 256 tiles, {waves.slots_for('h200', 1)} slots, widths {H200_1CTA['tile_ns']}:")
+pays_1cta = waves.candidates(**H200_1CTA)
+show(pays_1cta)
+
+# %%
+print(f"H200, 2-CTA clusters of 256 x 256 items, {waves.slots_for('h200', 2)} slots:")
+pays_2cta = waves.candidates(**H200_2CTA)
+show(pays_2cta)
+sweep_1cta = waves.sweep(**H200_1CTA)
+print(f"{len(pays_1cta)} of {len(sweep_1cta)} swept shapes should gain >= 5 % with 1-CTA tiles; "
+      f"the rest gain {sweep_1cta.gain[sweep_1cta.gain < 0.05].max():.1%} at most.")
+
+# %% [markdown]
+# Only shapes with few waves and a sparse last wave qualify. The LLM shapes at these token counts run many
+# waves, so their tails are a few percent at most. The same holds for every square size, on both GPUs:
+
+# %%
+squares = [waves.Shape(s, s, s) for s in range(1024, 16384 + 1, 256)]
+curves = []
+for name, config in (("B200, 74 CTA pairs, M256 tiles", SEED), ("H200, 132 SMs, M128 tiles", H200_1CTA)):
+    t = waves.sweep(shapes=squares, **config)
+    curves.append(t.assign(gpu=name, size=t.M, gain_pct=100 * t.gain))
+curves = pd.concat(curves, ignore_index=True)
+fig = plots.latency_vs_shape(curves, x="size", y="gain_pct", hue="gpu", logx=False, logy=False,
+                             ylabel="predicted gain (%)", title="Predicted gain of balancing, square GEMMs",
+                             source=MODEL)
+ax = fig.axes[0]
+ax.set_xlabel("M = N = K")
+ax.axhline(5, color="0.4", linestyle="--", linewidth=0.8)
+ax.annotate("5 %: worth measuring", xy=(1.0, 5), xycoords=("axes fraction", "data"), xytext=(-4, 3),
+            textcoords="offset points", ha="right", va="bottom", fontsize="small", color="0.3")
+plt.show()
+
+# %%
+best = pays_1cta.iloc[0]
+u, b, _ = before_after(int(best.M), int(best.N), slot_label="SM", **H200_1CTA)
+plt.show()
+g = b.narrow // (u.wide - b.narrow)
+print(f"{best['shape']}: {len(u.items)} tiles fill {u.waves:.2f} waves of {u.slots}. {b.groups} re-cuts of {g} x N{u.wide} "
+      f"into {g + 1} x N{b.narrow} give {len(b.items)} = {b.full_waves} x {b.slots} items, and the makespan "
+      f"goes {u.makespan:g} -> {b.makespan:g} (ideal {b.ideal:.2f}).")
+
+# %% [markdown]
+# **How far to trust these numbers.** The model counts only tile widths. A narrow tile does the same work
+# per column with less reuse: per multiply-add, a 128 × 128 tile loads 4/3 as many operand bytes as a
+# 128 × 256 one (a 128 × 192 tile 10/9), and each tile pays a whole pipeline fill and epilogue for less
+# output. So the predicted gain is an upper
+# bound; a prediction of a few percent can turn into a loss, which is why we only name shapes that should
+# gain ≥ 5 %. Measurements decide.
+#
+# ## 3. What was measured
+#
+# **B200, seed 004** (we have no B200; these are the seed's numbers, `data/pr/gemm_sol_final.csv`). The
+# seed's before → after changes several things at once (7 pipeline stages instead of 4, the register
+# epilogue, balancing, CLC prefetch, hoisted descriptors), so its table cannot isolate balancing. Next to it
+# is what the model predicts for balancing alone:
+
+# %%
+seed = pr.gemm_table()
+seed["after_vs_before"] = seed.after_tflops / seed.before_tflops - 1
+seed = seed.merge(derived[["size", "predicted_gain"]], on="size")
+display(seed[["size", "before_tflops", "after_tflops", "cublaslt_top8_tflops", "after_vs_before",
+              "predicted_gain"]].style.format({"after_vs_before": "{:.1%}", "before_tflops": "{:.1f}",
+                                               "after_tflops": "{:.1f}", "cublaslt_top8_tflops": "{:.1f}"})
+        .hide(axis="index"))
+
+# %% [markdown]
+# **H200, our kernel.** `python -m gemm_kernels.bench` on an H200 times the Hopper GEMM with the uniform and
+# the balanced schedule on the same inputs and appends the rows to `data/measured/h200/gemm.csv`. Where that
+# file holds both schedules for a shape, the measured gain (uniform median / balanced median − 1) sits next
+# to the prediction for the plans the kernel walked (`hopper.plan_for`, the kernel's own planner call).
+# Where the planner keeps the uniform plan, both schedules run the *same* work list, so their difference
+# measures nothing but the noise of the measurement itself.
+
+# %%
+measured = records.read("h200", "gemm")
+source = records.path("h200", "gemm").relative_to(records.DATA.parent)
+
+
+def schedule_pairs(measured):
+    # The bench names a configuration "128x256x64 s4 register balanced": tile, stages, epilogue, schedule.
+    # One row per configuration and shape timed with both schedules.
+    if measured.empty:
+        return pd.DataFrame()
+    ours = measured[measured["kernel"] == "ours"]
+    config = ours["variant"].str.extract(r"^(?P<config>.*\S)\s+(?P<schedule>uniform|balanced)$")
+    ours = ours.assign(**config).dropna(subset=["schedule"])
+    table = ours.pivot_table(index=["config", "M", "N", "K"], columns="schedule",
+                             values=["ms_median", "ms_min", "ms_max"], aggfunc="median")
+    table.columns = [f"{schedule}_{stat[3:]}" for stat, schedule in table.columns]  # e.g. uniform_median
+    wanted = [f"{s}_{t}" for s in ("uniform", "balanced") for t in ("median", "min", "max")]
+    return table.reindex(columns=wanted).dropna().reset_index() if set(wanted) <= set(table) else pd.DataFrame()
+
+
+def with_predictions(pairs):
+    rows = []
+    for row in pairs.itertuples():
+        tile_n = int(row.config.split("x")[1])
+        u, b = (hopper.plan_for(int(row.M), int(row.N), tile_n, s, gpus.H200) for s in ("uniform", "balanced"))
+        rows.append(dict(same_work_list=u.items == b.items, predicted_gain=u.makespan / b.makespan - 1))
+    out = pd.concat([pairs, pd.DataFrame(rows, index=pairs.index)], axis=1)
+    out["measured_gain"] = out.uniform_median / out.balanced_median - 1
+    return out
+
+
+pairs = schedule_pairs(measured)
+if pairs.empty:
+    why = "does not exist yet" if not records.path("h200", "gemm").exists() else \
+          "has no shape measured with both the uniform and the balanced schedule"
+    display(Markdown(f"**No H200 measurement to show:** `{source}` {why}. The tables above are predictions "
+                     f"only. On an H200, `make bench-gemm` records them; re-run this notebook after."))
+else:
+    pairs = with_predictions(pairs)
+    when = ", ".join(sorted(measured["date"].astype(str).unique()))
+    print(f"measured on {', '.join(measured['gpu'].unique())} ({when}): {source}")
+    ms = "{:.3f}".format
+    display(pairs.assign(
+        uniform_ms=[f"{ms(a)} ({ms(lo)}-{ms(hi)})" for a, lo, hi in
+                    zip(pairs.uniform_median, pairs.uniform_min, pairs.uniform_max)],
+        balanced_ms=[f"{ms(a)} ({ms(lo)}-{ms(hi)})" for a, lo, hi in
+                     zip(pairs.balanced_median, pairs.balanced_min, pairs.balanced_max)],
+    )[["config", "M", "N", "K", "uniform_ms", "balanced_ms", "same_work_list", "predicted_gain", "measured_gain"]]
+        .style.format({"predicted_gain": "{:+.1%}", "measured_gain": "{:+.1%}"}).hide(axis="index"))
+
+    same = pairs[pairs.same_work_list]
+    noise = same.measured_gain.abs().max() if len(same) else float("nan")
+    fig, ax = plt.subplots(figsize=(6.4, 4.6), layout="constrained")
+    for flag, style in ((False, dict(color=plots.GAIN, label="different work lists")),
+                        (True, dict(color=plots.IDLE, label="same work list (noise)"))):
+        part = pairs[pairs.same_work_list == flag]
+        # the bar spans the gains the fastest and slowest calls allow: uniform min / balanced max - 1 .. max / min
+        low = part.uniform_min / part.balanced_max - 1
+        high = part.uniform_max / part.balanced_min - 1
+        ax.errorbar(100 * part.predicted_gain, 100 * part.measured_gain, fmt="o", capsize=3, zorder=3,
+                    yerr=[100 * (part.measured_gain - low), 100 * (high - part.measured_gain)], **style)
+        for i, r in enumerate(part.itertuples()):  # labels alternate above and below: neighbours collide less
+            ax.annotate(f"{r.M}x{r.N}x{r.K}", (100 * r.predicted_gain, 100 * r.measured_gain), fontsize="x-small",
+                        xytext=(5, 3 if i % 2 == 0 else -9), textcoords="offset points")
+    top = 5 + 100 * max(pairs.predicted_gain.max(), (pairs.uniform_max / pairs.balanced_min - 1).max(),
+                        (1 - pairs.uniform_min / pairs.balanced_max).max())
+    ax.plot([-top, top], [-top, top], color="0.4", linestyle="--", linewidth=0.8, label="measured = predicted")
+    if noise == noise:
+        ax.axhspan(-100 * noise, 100 * noise, color="0.85", alpha=0.6, zorder=0, label=f"noise floor ±{noise:.1%}")
+    ax.set_xlim(-2, 5 + 100 * pairs.predicted_gain.max())
+    ax.set_ylim(-top, top)
+    ax.axhline(0, color="0.3", linewidth=0.6)
+    ax.set_xlabel("predicted gain (%)")
+    ax.set_ylabel("measured gain (%), median and min-max")
+    ax.set_title(f"Balanced vs uniform schedule on the H200\nSource: {source}", fontsize="medium")
+    ax.legend(fontsize="small", frameon=False, loc="lower right")
+    plt.show()
+
+    lines = []
+    if len(same):
+        names = ", ".join(f"{r.M}x{r.N}x{r.K}" for r in same.itertuples())
+        lines.append(f"* At {names} the two schedules run the identical work list, yet the medians differ by "
+                     f"{noise:.1%}: in this file, a difference of that size can be run-to-run noise alone.")
+    for r in pairs[~pairs.same_work_list].itertuples():
+        overlap = r.uniform_min <= r.balanced_max and r.balanced_min <= r.uniform_max
+        verdict = ("within the noise floor of the prediction" if abs(r.measured_gain - r.predicted_gain) <= noise
+                   else "below the prediction by more than the noise floor" if r.measured_gain < r.predicted_gain
+                   else "above the prediction by more than the noise floor, which the tail model cannot explain")
+        lines.append(f"* {r.M}x{r.N}x{r.K}: measured {r.measured_gain:+.1%}, predicted {r.predicted_gain:+.1%}: "
+                     f"{verdict}" + ("; the min-max ranges of the two schedules overlap" if overlap else "") + ".")
+    display(Markdown("\n".join(lines)))
+
+# %% [markdown]
+# ## Take-aways
+#
+# * A tiling's tail costs *⌈T/S⌉ − T/S* waves. It matters most when there are few waves and the last one is
+#   nearly empty.
+# * Re-cutting *g* wide tiles into *g + 1* narrow ones adds one item and no work, so *(−T) mod S* re-cuts
+#   fill the last wave. Which *g* is best depends on whether the re-cuts yield at least *S* narrow tiles and
+#   on how many whole groups fit in a tile row; the planner simulates each and derives the seed's N192 at
+#   4096³ and N224 at 8192³ and 16384³ on its own.
+# * On the H200 with 128 × 256 tiles, balancing should pay only on the handful of swept shapes listed in
+#   section 2; for the others it predicts a few percent at most, about what narrower tiles can lose in
+#   efficiency. The prediction is an upper bound: section 3 shows how the measurements compare, and how
+#   large their own noise is.
+#
+# The planner: `gemm_kernels/waves.py`; its tests: `tests/test_waves.py`. The stage arithmetic that the
+# register epilogue pays into is `gemm_kernels/stages.py`.
