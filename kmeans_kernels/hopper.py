@@ -1,0 +1,405 @@
+"""k-means assignment on Hopper (sm_90a): TMA + WGMMA + a fused argmin, warp-specialised.
+
+One CTA owns ``BLOCK_M = 128`` points and streams every centroid past them:
+
+* a **producer warp** loads the CTA's point tile ``x[128, D]`` once with TMA (it stays resident in shared
+  memory), then streams centroid tiles ``c[128, 64]`` (128 centroids x one 64-wide slice of D, one
+  128-byte swizzle atom) through a ring of ``stages`` shared-memory buffers guarded by mbarriers;
+* two **consumer warpgroups** each own 64 of the points. For every centroid tile they run WGMMA
+  ``64 x 128 x D`` into fp32 register accumulators and fold the 64 x 128 dot products into a running
+  (score, index) winner per row with one of the strategies of :mod:`kmeans_kernels.reduce`. Each consumer
+  keeps two accumulators and issues the WGMMAs of tile t+1 before it folds tile t, so the argmin runs
+  while the tensor cores work; ring slots go back to the producer as soon as their WGMMAs retire.
+  Nothing of size N x K is ever written: the kernel stores 4 bytes per point.
+
+Scores are ``0.5 * c_sq[k] - dot`` in fp32, the reference's expression (the 0.5 multiply is exact), so
+on inputs whose dot products are exact the answer equals ``kmeans_kernels.reference.assign`` bit for bit.
+
+Tails need no special code: TMA fills rows past N, centroids past K and columns past D with zeros, the
+zero columns add exact zeros to the dot products, rows past N are never stored, and a centroid past K gets
+the half norm +inf, so its score (+inf or NaN) can never win.
+
+Variants (the tutorial's steps):
+
+``serial``          one compare-select chain per row; each thread reads the half norm of each of its
+                    columns from global memory (L1-cached).
+``ilp2``            two chains per row (even / odd columns), merged by (score, index) at the end.
+``norm_broadcast``  ``ilp2``, plus the norms of a tile are loaded once per warp, coalesced, into registers
+                    and handed to the threads that need them with ``shuffle_sync``.
+"""
+from __future__ import annotations
+
+import functools
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.tensor_utils
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+import torch
+
+from kmeans_kernels import reduce
+from workbook import sass
+
+VARIANTS = ("serial", "ilp2", "norm_broadcast")
+BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup)
+BLOCK_N = 128          # centroids per tile: the WGMMA N
+BLOCK_D = 64           # D per ring slot: one 128-byte swizzle atom of 16-bit elements
+MAX_STAGES = 8
+SMEM_BYTES = 232448    # sm_90 opt-in shared memory per block (227 KiB)
+D_MULTIPLE = 16        # the WGMMA K of 16-bit operands
+D_MAX = 512            # x[128, 512] bf16 is 128 KiB resident; beyond that too few ring slots remain
+THREADS = 384          # producer warpgroup + two consumer warpgroups
+PRODUCER_REGS = 40     # setmaxnreg: the producer needs few registers, the consumers get the rest
+CONSUMER_REGS = 232
+
+_DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
+_SCAN_OF = {"serial": "serial", "ilp2": "ilp2", "norm_broadcast": "ilp2"}
+
+
+def auto_variant(N: int, D: int, K: int) -> str:
+    """The variant `variant="auto"` runs: norm_broadcast, the fastest on the H200 at every seed shape where
+    the kernel (not the launch) dominates (data/measured/h200/kmeans_assign.csv, notes/perf-log.md)."""
+    return "norm_broadcast"
+
+
+def stages_for(D: int) -> int:
+    """Ring depth: what shared memory holds after the resident point tile, at most MAX_STAGES."""
+    d_pad = _d_padded(D)
+    x_bytes = BLOCK_M * d_pad * 2
+    slot_bytes = BLOCK_N * BLOCK_D * 2
+    return min(MAX_STAGES, (SMEM_BYTES - x_bytes - 1024) // slot_bytes)
+
+
+def _d_padded(D: int) -> int:
+    return -(-D // BLOCK_D) * BLOCK_D
+
+
+# A thread's WGMMA accumulator (64 x BLOCK_N per warpgroup) holds rows {r0, r0 + 8} and, in every 8-column
+# group g, the columns 8g + 2q + {0, 1} (q = lane % 4), at register 2*row + col%2 + 4*g. This layout views
+# it as (row, j) with the thread's columns increasing in j, the order the scans rely on.
+def _row_col_layout():
+    return cute.make_layout((2, (2, BLOCK_N // 8)), stride=(2, (1, 4)))
+
+
+def _flat_index(row: int, col: int) -> int:
+    """Register index of (row, j) in the _row_col_layout view."""
+    return (col % 2) + 2 * row + 4 * (col // 2)
+
+
+def _simulate_issue(held: int, groups: int, stages: int) -> tuple[int, int]:
+    """The slot bookkeeping of HopperAssign._issue: (held after issuing `groups`, groups retired meanwhile)."""
+    retired = 0
+    for _ in range(groups):
+        while held >= stages:
+            held, retired = held - 1, retired + 1
+        held += 1
+    return held, retired
+
+
+def check_shape(D: int, dtype: torch.dtype = torch.bfloat16) -> None:
+    if dtype not in _DTYPES:
+        raise ValueError(f"the Hopper kernels take bf16 or fp16; got {dtype}")
+    if D < D_MULTIPLE or D % D_MULTIPLE or D > D_MAX:
+        raise ValueError(f"D={D} is unsupported by the Hopper kernels: D must be a multiple of {D_MULTIPLE} "
+                         f"from {D_MULTIPLE} to {D_MAX}")
+
+
+def check_variant(variant: str) -> None:
+    if variant not in VARIANTS:
+        raise ValueError(f"variant {variant!r} does not exist for sm_90a; choose from {VARIANTS}")
+
+
+# --------------------------------------------------------------------------------------------------
+# The kernel
+# --------------------------------------------------------------------------------------------------
+
+class HopperAssign:
+    """One compiled kernel per (variant, D, dtype); N and K are runtime values."""
+
+    def __init__(self, variant: str, D: int, dtype):
+        self.variant = variant
+        self.scan = _SCAN_OF[variant]
+        self.chains = reduce.chains_of(self.scan)
+        self.broadcast_norms = variant == "norm_broadcast"
+        self.D = D
+        self.d_blocks = _d_padded(D) // BLOCK_D
+        self.stages = stages_for(D)
+        self.dtype = dtype
+        # slots held after issuing a tile, in steady state, and how many of the previous tile's remain then
+        self.steady_held, _ = _simulate_issue(0, self.d_blocks, self.stages)
+        held, retired = _simulate_issue(self.steady_held, self.d_blocks, self.stages)
+        self.current_left = self.steady_held - min(retired, self.steady_held)
+        assert held - self.current_left == self.steady_held
+
+    @cute.jit
+    def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, c_sq_ptr: cute.Pointer, out_ptr: cute.Pointer,
+                 N: cutlass.Int32, K: cutlass.Int32, stream: cuda.CUstream):
+        # Raw pointers and sizes rather than framework tensors: a launch then costs a few microseconds of
+        # Python, not the ~40-80 us of four DLPack conversions, which small problems would pay in full.
+        x = cute.make_tensor(x_ptr, cute.make_layout((N, self.D), stride=(self.D, 1)))
+        c = cute.make_tensor(c_ptr, cute.make_layout((K, self.D), stride=(self.D, 1)))
+        c_sq = cute.make_tensor(c_sq_ptr, cute.make_layout(K))
+        out = cute.make_tensor(out_ptr, cute.make_layout(N))
+        dtype = self.dtype
+        d_pad = self.d_blocks * BLOCK_D
+        major = cute.nvgpu.OperandMajorMode.K      # x and c are D-contiguous: "K-major"
+        # two warpgroups stacked along M, each issuing 64 x BLOCK_N x 16 WGMMAs
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(dtype, dtype, major, major, cutlass.Float32,
+                                                      (2, 1, 1), tiler_mn=(64, BLOCK_N))
+        row_major = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
+        x_smem = sm90_utils.make_smem_layout_a(row_major, (BLOCK_M, BLOCK_N, d_pad), dtype, 1)
+        c_smem = sm90_utils.make_smem_layout_b(row_major, (BLOCK_M, BLOCK_N, BLOCK_D), dtype, self.stages)
+        g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
+        tma_x, tma_x_tensor = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, x, cute.slice_(x_smem, (None, None, 0)), (BLOCK_M, d_pad))
+        tma_c, tma_c_tensor = cute.nvgpu.cpasync.make_tiled_tma_atom(
+            g2s, c, cute.slice_(c_smem, (None, None, 0)), (BLOCK_N, BLOCK_D))
+
+        @cute.struct
+        class SharedStorage:
+            x_full: cute.struct.MemRange[cutlass.Int64, 2]
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sx: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(x_smem)], 1024]
+            sc: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(c_smem)], 1024]
+
+        self.shared_storage = SharedStorage
+        grid = (cute.ceil_div(x.shape[0], BLOCK_M), 1, 1)
+        self.kernel(tma_x, tma_x_tensor, tma_c, tma_c_tensor, c_sq, out, tiled_mma, x_smem, c_smem).launch(
+            grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)
+
+    @cute.kernel
+    def kernel(self, tma_x: cute.CopyAtom, mx: cute.Tensor, tma_c: cute.CopyAtom, mc: cute.Tensor,
+               c_sq: cute.Tensor, out: cute.Tensor, tiled_mma: cute.TiledMma,
+               x_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout):
+        N = mx.shape[0]
+        K = mc.shape[0]
+        num_tiles = cute.ceil_div(K, BLOCK_N)
+        tidx, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        warpgroup = warp // 4
+
+        if warp == 0:
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_x)
+            cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
+
+        storage = cutlass.memory.SmemAllocator().allocate(self.shared_storage)
+        producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 8)   # one arrive per consumer warp
+        x_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.x_full.data_ptr(), num_stages=1, producer_group=producer,
+            consumer_group=consumers, tx_count=cute.size_in_bytes(self.dtype, cute.slice_(x_smem, (None, None, 0))),
+            defer_sync=True)
+        ring = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ring_barriers.data_ptr(), num_stages=self.stages, producer_group=producer,
+            consumer_group=consumers, tx_count=cute.size_in_bytes(self.dtype, cute.slice_(c_smem, (None, None, 0))),
+            defer_sync=True)
+        pipeline.pipeline_init_arrive(cluster_shape_mn=(1, 1), is_relaxed=True)
+
+        sx = storage.sx.get_tensor(x_smem.outer, swizzle=x_smem.inner)
+        sc = storage.sc.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+        # (BLOCK_M, d_pad, point tiles) and (BLOCK_N, BLOCK_D, centroid tiles, d blocks)
+        gx = cute.local_tile(mx, (BLOCK_M, self.d_blocks * BLOCK_D), (None, 0))
+        gc = cute.local_tile(mc, (BLOCK_N, BLOCK_D), (None, None))
+        tma_sx, tma_gx = cute.nvgpu.cpasync.tma_partition(
+            tma_x, 0, cute.make_layout(1), cute.group_modes(sx, 0, 2), cute.group_modes(gx, 0, 2))
+        tma_sc, tma_gc = cute.nvgpu.cpasync.tma_partition(
+            tma_c, 0, cute.make_layout(1), cute.group_modes(sc, 0, 2), cute.group_modes(gc, 0, 2))
+        pipeline.pipeline_init_wait(cluster_shape_mn=(1, 1))
+
+        if warpgroup == 0:
+            # ---------------- producer: one warp issues every TMA ----------------
+            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+            if warp == 0:
+                x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                x_pipe.producer_acquire(x_state)
+                cute.copy(tma_x, tma_gx[(None, block)], tma_sx[(None, 0)],
+                          tma_bar_ptr=x_pipe.producer_get_barrier(x_state))
+                x_pipe.producer_commit(x_state)
+                slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+                for tile in cutlass.range(num_tiles, unroll=1):
+                    for db in cutlass.range_constexpr(self.d_blocks):
+                        ring.producer_acquire(slot)
+                        cute.copy(tma_c, tma_gc[(None, tile, db)], tma_sc[(None, slot.index)],
+                                  tma_bar_ptr=ring.producer_get_barrier(slot))
+                        ring.producer_commit(slot)
+                        slot.advance()
+                ring.producer_tail(slot)
+        else:
+            # ---------------- consumers: WGMMA, then the argmin of the tile ----------------
+            cute.arch.setmaxregister_increase(CONSUMER_REGS)
+            ctid = tidx - 128
+            lane = tidx % 32
+            thr_mma = tiled_mma.get_slice(ctid)
+            frag_x = tiled_mma.make_fragment_A(thr_mma.partition_A(sx))   # (MMA, 1, d_pad/16, 1)
+            frag_c = tiled_mma.make_fragment_B(thr_mma.partition_B(sc))   # (MMA, 1, 4, stages)
+            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, BLOCK_N)))
+            best_score, best_index = reduce.new_winners(self.chains, 2)
+            x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
+            x_pipe.consumer_wait(x_state)
+            ctx = _ConsumerState(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
+                                 lane=lane, best_score=best_score, best_index=best_index)
+            # Two accumulators: while the tensor cores compute tile t+1 into one, the argmin reads tile t
+            # from the other. The tile loop is unrolled by two so that each accumulator is a fixed set of
+            # registers; `held` (ring slots whose WGMMAs are not yet known to be done) is static per step.
+            acc0 = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            acc1 = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            # The ring positions and the MMA atom (its ACCUMULATE flag is state) are rebound at every step,
+            # so that the DSL carries them through the loop.
+            read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            mma, read, release, held = self._issue(ctx, tiled_mma, acc0, read, release, 0)
+            assert held == self.steady_held
+            for pair in cutlass.range((num_tiles - 1) // 2, unroll=1):
+                tile = 2 * pair
+                mma, read, release = self._advance(ctx, mma, acc1, acc0, tile, read, release)
+                mma, read, release = self._advance(ctx, mma, acc0, acc1, tile + 1, read, release)
+            if num_tiles % 2 == 0:
+                mma, read, release = self._advance(ctx, mma, acc1, acc0, num_tiles - 2, read, release)
+                self._finish(ctx, acc1, num_tiles - 1, release)
+            else:
+                self._finish(ctx, acc0, num_tiles - 1, release)
+
+            reduce.merge_chains(best_score, best_index)
+            reduce.merge_lanes(best_score, best_index, 4)
+            if lane % 4 == 0:
+                for r in cutlass.range_constexpr(2):
+                    row = block * BLOCK_M + coords[_flat_index(r, 0)][0]
+                    if row < N:
+                        out[row] = best_index[0, r]
+
+    # ---- consumer steps: plain Python, run at trace time; every loop here is unrolled ----
+
+    def _issue(self, k, mma, acc, read, release, held: int):
+        """Issue the WGMMAs of one centroid tile into `acc`, one commit group per ring slot.
+
+        Before waiting for a slot, retire the oldest in-flight group (wait for it, release its slot) while
+        all `stages` slots are held: otherwise the producer could never fill the slot we wait for.
+        Returns the ring positions and the new number of held slots.
+        """
+        steps = BLOCK_D // 16
+        cute.nvgpu.warpgroup.fence()
+        for db in range(self.d_blocks):
+            while held >= self.stages:
+                release, held = self._retire(k, release, held, 1)
+            k.ring.consumer_wait(read)
+            for s in range(steps):
+                mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, db + s > 0)
+                cute.gemm(mma, acc, k.frag_x[(None, None, db * steps + s, 0)],
+                          k.frag_c[(None, None, s, read.index)], acc)
+            cute.nvgpu.warpgroup.commit_group()
+            read.advance()
+            held += 1
+        return mma, read, release, held
+
+    def _retire(self, k, release, held: int, count: int):
+        """Wait until the oldest `count` in-flight groups are done and give their slots back to the producer."""
+        cute.nvgpu.warpgroup.wait_group(held - count)
+        for _ in range(count):
+            k.ring.consumer_release(release)
+            release.advance()
+        return release, held - count
+
+    def _advance(self, k, mma, acc_next, acc_cur, tile, read, release):
+        """Issue tile+1 into acc_next, then finish tile in acc_cur while tile+1 runs on the tensor cores."""
+        mma, read, release, held = self._issue(k, mma, acc_next, read, release, self.steady_held)
+        # what is still held of the current tile is older than all of tile+1's groups
+        release, held = self._retire(k, release, held, self.current_left)
+        assert held == self.steady_held
+        self._argmin(k, acc_cur, tile)
+        return mma, read, release
+
+    def _finish(self, k, acc, tile, release):
+        """The last tile: wait for everything, release every held slot, fold it."""
+        self._retire(k, release, self.steady_held, self.steady_held)
+        self._argmin(k, acc, tile)
+
+    def _argmin(self, k, acc, tile):
+        """Fold the 64 x BLOCK_N dot products of one tile into the running winners of this thread's rows."""
+        cols_per_row = BLOCK_N // 4
+        dots = cute.make_tensor(acc.iterator, _row_col_layout())
+        first = tile * BLOCK_N
+        cols = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Int32)
+        half_norms = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Float32)
+        if self.broadcast_norms:
+            staged = reduce.stage_half_norms(k.c_sq, first, k.K, k.lane, BLOCK_N // 32)
+            for j in range(cols_per_row):
+                col = k.coords[_flat_index(0, j)][1]
+                cols[j] = first + col
+                half_norms[j] = reduce.broadcast_half_norm(staged, col, j // 8)
+        else:
+            for j in range(cols_per_row):
+                col = first + k.coords[_flat_index(0, j)][1]
+                cols[j] = col
+                # clamp the address, then replace: a branch-free +inf for centroids past K
+                norm = cutlass.Float32(0.5) * k.c_sq[cutlass.min(col, k.K - 1)]
+                half_norms[j] = cutlass.Float32(cutlass.select_(col < k.K, norm, float("inf")))
+        if self.scan == "serial":
+            reduce.scan_serial(dots, half_norms, cols, k.best_score, k.best_index)
+        else:
+            reduce.scan_ilp2(dots, half_norms, cols, k.best_score, k.best_index)
+
+
+class _ConsumerState:
+    """What the consumer steps share; a plain bag of trace-time handles."""
+
+    def __init__(self, **handles):
+        self.__dict__.update(handles)
+
+
+# --------------------------------------------------------------------------------------------------
+# Host side: compile (no GPU needed) and run
+# --------------------------------------------------------------------------------------------------
+
+def _cutlass_dtype(dtype: torch.dtype):
+    import cutlass
+    return {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}[dtype]
+
+
+def _pointer(dtype, address: int, align: int):
+    from cutlass.cute.runtime import make_ptr
+    return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=align)
+
+
+def _placeholder_args(dtype: torch.dtype):
+    """Arguments to compile against: null pointers and zero sizes stand for the runtime values."""
+    from cutlass.runtime import make_fake_stream
+    el = _cutlass_dtype(dtype)
+    return (_pointer(el, 0, 16), _pointer(el, 0, 16), _pointer(cutlass.Float32, 0, 4),
+            _pointer(cutlass.Int32, 0, 4), cutlass.Int32(0), cutlass.Int32(0), make_fake_stream())
+
+
+def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dtype = torch.bfloat16):
+    """Compile `variant` for sm_90a with no GPU -> workbook.sass.Artifacts (.ptx, .cubin, .sass).
+
+    N and K are runtime values of the kernel (one compilation serves all); D is baked in.
+    """
+    check_variant(variant)
+    check_shape(D, dtype)
+    return sass.compile_for(HopperAssign(variant, D, _cutlass_dtype(dtype)), *_placeholder_args(dtype),
+                            arch="sm_90a", dump_dir=dump_dir)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled_for_gpu(variant: str, D: int, dtype: torch.dtype):
+    kernel = HopperAssign(variant, D, _cutlass_dtype(dtype))
+    return cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a")
+
+
+def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
+    """Launch on CUDA tensors validated by kmeans_kernels.check_inputs; fills `out` (int32 [N])."""
+    check_variant(variant)
+    D = x.shape[1]
+    check_shape(D, x.dtype)
+    for name, t in (("x", x), ("c", c)):
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name} must start on a 16-byte boundary for TMA; its address is {t.data_ptr():#x}")
+    kernel = _compiled_for_gpu(variant, D, x.dtype)
+    stream = cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream)
+    el = _cutlass_dtype(x.dtype)
+    kernel(_pointer(el, x.data_ptr(), 16), _pointer(el, c.data_ptr(), 16),
+           _pointer(cutlass.Float32, c_sq.data_ptr(), 4), _pointer(cutlass.Int32, out.data_ptr(), 4),
+           x.shape[0], c.shape[0], stream)

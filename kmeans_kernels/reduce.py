@@ -1,0 +1,157 @@
+"""The argmin strategies of k-means assignment: CuTe DSL device functions shared by the backends.
+
+A backend holds, in registers, a fragment of fp32 dot products ``<x_i, c_k>`` for a few rows and several
+columns per thread (WGMMA accumulators on Hopper, a TMEM load on Blackwell). The functions here turn
+fragments into one running winner per row and then merge the winners of the threads that share a row.
+
+The order everywhere is the pair (score, index): a candidate beats the holder when its score is strictly
+smaller, or equal with a smaller index. That is the reference's rule (lowest index wins ties) made
+associative, so chains and lanes can be merged in any order. NaN compares false and never wins; +inf
+never beats the initial +inf; so a row whose scores are all NaN or +inf keeps index -1. ``-0.0 == +0.0``
+under the float compare, and the index decides.
+
+The backend's side of the contract:
+
+* ``dots`` is a register tensor viewed as ``(rows, cols)``; along a row, ``cols[j]`` (the centroid index
+  of column j, already offset by the tile's first centroid) increases with j;
+* ``half_norms[j]`` is ``0.5 * ||c_k||^2`` for that column, and ``+inf`` for a column past K (padding):
+  ``+inf - dot`` is +inf or NaN, and neither can win;
+* ``best_score``/``best_index`` are register tensors ``(chains, rows)`` made by :func:`new_winners`.
+
+Two scans, one merge:
+
+* :func:`scan_serial` keeps one chain per row: each score waits on the compare of the one before it.
+* :func:`scan_ilp2` keeps two chains per row, over even and odd columns, so two compare-select chains
+  are in flight; :func:`merge_chains` folds them by (score, index) once, after the last tile.
+* :func:`merge_lanes` folds the winners of the lanes that share a row with butterfly shuffles.
+"""
+from __future__ import annotations
+
+import cutlass
+import cutlass.cute as cute
+
+NO_WINNER = -1
+SCANS = ("serial", "ilp2")
+
+
+def chains_of(scan: str) -> int:
+    """How many independent chains per row a scan keeps."""
+    if scan not in SCANS:
+        raise ValueError(f"unknown scan {scan!r}; choose from {SCANS}")
+    return 1 if scan == "serial" else 2
+
+
+@cute.jit
+def beats(score: cutlass.Float32, index: cutlass.Int32,
+          best_score: cutlass.Float32, best_index: cutlass.Int32) -> cutlass.Boolean:
+    """True when (score, index) comes before (best_score, best_index): the tie rule as a total order."""
+    return score < best_score or (score == best_score and index < best_index)
+
+
+@cute.jit
+def new_winners(chains: cutlass.Constexpr[int], rows: cutlass.Constexpr[int]):
+    """Register tensors (chains, rows) of the running winners: score +inf, index -1 (nothing won yet)."""
+    best_score = cute.make_rmem_tensor(cute.make_layout((chains, rows)), cutlass.Float32)
+    best_index = cute.make_rmem_tensor(cute.make_layout((chains, rows)), cutlass.Int32)
+    best_score.fill(float("inf"))
+    best_index.fill(NO_WINNER)
+    return best_score, best_index
+
+
+@cute.jit
+def scan_serial(dots: cute.Tensor, half_norms: cute.Tensor, cols: cute.Tensor,
+                best_score: cute.Tensor, best_index: cute.Tensor):
+    """One chain per row, columns in increasing order: strict `<` keeps the lowest index among equals."""
+    for r in cutlass.range_constexpr(cute.size(dots, mode=[0])):
+        score = best_score[0, r]
+        index = best_index[0, r]
+        for j in cutlass.range_constexpr(cute.size(dots, mode=[1])):
+            s = half_norms[j] - dots[r, j]
+            take = s < score
+            score = cutlass.Float32(cutlass.select_(take, s, score))
+            index = cutlass.Int32(cutlass.select_(take, cols[j], index))
+        best_score[0, r] = score
+        best_index[0, r] = index
+
+
+@cute.jit
+def scan_ilp2(dots: cute.Tensor, half_norms: cute.Tensor, cols: cute.Tensor,
+              best_score: cute.Tensor, best_index: cute.Tensor):
+    """Two chains per row, over even and odd columns; each is a serial scan, so each keeps its lowest index."""
+    for r in cutlass.range_constexpr(cute.size(dots, mode=[0])):
+        score0 = best_score[0, r]
+        index0 = best_index[0, r]
+        score1 = best_score[1, r]
+        index1 = best_index[1, r]
+        for j in cutlass.range_constexpr(0, cute.size(dots, mode=[1]), 2):
+            s0 = half_norms[j] - dots[r, j]
+            s1 = half_norms[j + 1] - dots[r, j + 1]
+            take0 = s0 < score0
+            take1 = s1 < score1
+            score0 = cutlass.Float32(cutlass.select_(take0, s0, score0))
+            index0 = cutlass.Int32(cutlass.select_(take0, cols[j], index0))
+            score1 = cutlass.Float32(cutlass.select_(take1, s1, score1))
+            index1 = cutlass.Int32(cutlass.select_(take1, cols[j + 1], index1))
+        best_score[0, r] = score0
+        best_index[0, r] = index0
+        best_score[1, r] = score1
+        best_index[1, r] = index1
+
+
+@cute.jit
+def merge_chains(best_score: cute.Tensor, best_index: cute.Tensor):
+    """Fold chains 1.. into chain 0 by (score, index); a no-op for one chain."""
+    for r in cutlass.range_constexpr(cute.size(best_score, mode=[1])):
+        score = best_score[0, r]
+        index = best_index[0, r]
+        for k in cutlass.range_constexpr(1, cute.size(best_score, mode=[0])):
+            take = beats(best_score[k, r], best_index[k, r], score, index)
+            score = cutlass.Float32(cutlass.select_(take, best_score[k, r], score))
+            index = cutlass.Int32(cutlass.select_(take, best_index[k, r], index))
+        best_score[0, r] = score
+        best_index[0, r] = index
+
+
+@cute.jit
+def merge_lanes(best_score: cute.Tensor, best_index: cute.Tensor, lanes: cutlass.Constexpr[int]):
+    """Butterfly-merge chain 0 across `lanes` adjacent lanes (a power of two) that share the same rows.
+
+    After it every lane of the group holds the group's winner: (score, index) is a total order, so both
+    sides of each exchange pick the same pair.
+    """
+    for r in cutlass.range_constexpr(cute.size(best_score, mode=[1])):
+        score = best_score[0, r]
+        index = best_index[0, r]
+        offset = 1
+        while offset < lanes:
+            other_score = cute.arch.shuffle_sync_bfly(score, offset=offset)
+            other_index = cute.arch.shuffle_sync_bfly(index, offset=offset)
+            take = beats(other_score, other_index, score, index)
+            score = cutlass.Float32(cutlass.select_(take, other_score, score))
+            index = cutlass.Int32(cutlass.select_(take, other_index, index))
+            offset *= 2
+        best_score[0, r] = score
+        best_index[0, r] = index
+
+
+@cute.jit
+def stage_half_norms(c_sq: cute.Tensor, first: cutlass.Int32, K: cutlass.Int32, lane: cutlass.Int32,
+                     slots: cutlass.Constexpr[int]):
+    """Each lane loads `0.5 * c_sq` of columns ``first + lane + 32*t`` (t < slots) into registers, +inf past K.
+
+    One coalesced load per slot for the whole warp, instead of one load per column per thread; the
+    columns then reach the threads that need them through :func:`broadcast_half_norm`.
+    """
+    staged = cute.make_rmem_tensor(cute.make_layout(slots), cutlass.Float32)
+    for t in cutlass.range_constexpr(slots):
+        col = first + lane + 32 * t
+        staged[t] = float("inf")
+        if col < K:
+            staged[t] = cutlass.Float32(0.5) * c_sq[col]
+    return staged
+
+
+@cute.jit
+def broadcast_half_norm(staged: cute.Tensor, col_in_tile: cutlass.Int32, slot: cutlass.Constexpr[int]):
+    """The half norm of tile column `col_in_tile`, held by lane col % 32 in register `slot` (= col // 32)."""
+    return cute.arch.shuffle_sync(staged[slot], offset=col_in_tile % 32)

@@ -1,0 +1,264 @@
+"""The Hopper (sm_90a) k-means kernels: compiled and inspected on any machine, run and checked on an H100/H200.
+
+CPU tests compile each variant once per session and read its SASS. GPU tests (`pytest -m gpu`) run every
+variant against kmeans_kernels.reference on awkward shapes, small-integer inputs (where the reference is exact,
+so the answer must match bit for bit), random bf16 inputs (where a disagreement is allowed only between two
+scores within fp32 accumulation error, and the test proves that for each one), and adversarial inputs.
+"""
+from __future__ import annotations
+
+import functools
+import re
+
+import pytest
+import torch
+
+import kmeans_kernels
+from kmeans_kernels import hopper, reference
+from workbook import sass
+
+VARIANTS = hopper.VARIANTS
+POISON = -7
+ON_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
+gpu = pytest.mark.gpu
+needs_hopper = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU (H100/H200)")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(variant: str, D: int):
+    return hopper.compile(variant, 1000, D, 1000)
+
+
+# ------------------------------------------------------------------ CPU: compile, SASS, validation
+
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_sass_is_wgmma_with_no_local_memory(variant):
+    art = compiled(variant, 128)
+    ops = sass.histogram(art.sass, base=True)
+    # D=128 is two 64-wide ring slots of four k=16 steps: 8 WGMMAs per centroid tile (the tile loop is
+    # unrolled, so the code holds a few copies of them)
+    assert ops["HGMMA"] > 0 and ops["HGMMA"] % 8 == 0, ops
+    assert ops["LDL"] == 0 and ops["STL"] == 0, "register spills to local memory"
+    assert ops["SYNCS"] > 0, "no mbarrier traffic: the TMA pipeline is missing"
+    assert re.search(r"UTMALDG", art.sass), "no TMA loads"
+
+
+def test_norm_broadcast_trades_per_column_loads_for_shuffles():
+    per_column = sass.histogram(compiled("ilp2", 128).sass, base=True)
+    broadcast = sass.histogram(compiled("norm_broadcast", 128).sass, base=True)
+    # per column: one LDG per accumulator column a thread owns (BLOCK_N/4 per tile); broadcast: BLOCK_N/32
+    # per lane, then one shuffle per column. Each copy of the unrolled tile step has the same counts.
+    copies = per_column["LDG"] // (hopper.BLOCK_N // 4)
+    assert copies >= 1 and per_column["LDG"] == copies * hopper.BLOCK_N // 4
+    assert broadcast["LDG"] == copies * hopper.BLOCK_N // 32
+    assert broadcast["SHFL"] == per_column["SHFL"] + copies * hopper.BLOCK_N // 4
+
+
+def test_ilp2_keeps_two_chains():
+    serial = sass.histogram(compiled("serial", 128).sass, base=True)
+    ilp2 = sass.histogram(compiled("ilp2", 128).sass, base=True)
+    # the chain merge adds compares that the serial scan does not have
+    assert ilp2["FSETP"] > serial["FSETP"]
+
+
+@pytest.mark.parametrize("D", [16, 80, 512])
+def test_compiles_for_any_supported_d(D):
+    art = hopper.compile("serial", 100, D, 100)
+    per_tile = 4 * (-(-D // 64))        # k=16 steps per 64-wide slot x slots
+    assert sass.histogram(art.sass, base=True)["HGMMA"] % per_tile == 0
+
+
+@pytest.mark.parametrize("D", [8, 24 + 1, 528, 0])
+def test_unsupported_d_is_named(D):
+    with pytest.raises(ValueError, match=f"D={D}"):
+        hopper.compile("serial", 100, D, 100)
+
+
+def test_unknown_variant_and_dtype_are_named():
+    with pytest.raises(ValueError, match="'fast'"):
+        hopper.compile("fast", 100, 128, 100)
+    with pytest.raises(ValueError, match="float32"):
+        hopper.compile("serial", 100, 128, 100, dtype=torch.float32)
+
+
+def test_ring_fits_shared_memory():
+    for D in range(16, hopper.D_MAX + 1, 16):
+        stages = hopper.stages_for(D)
+        d_pad = -(-D // hopper.BLOCK_D) * hopper.BLOCK_D
+        used = hopper.BLOCK_M * d_pad * 2 + stages * hopper.BLOCK_N * hopper.BLOCK_D * 2
+        assert 2 <= stages <= hopper.MAX_STAGES and used <= hopper.SMEM_BYTES, (D, stages, used)
+
+
+def test_auto_variant_is_a_variant():
+    for shape in [(1, 16, 1), (65536, 128, 4096), (1 << 20, 256, 4096)]:
+        assert hopper.auto_variant(*shape) in VARIANTS
+
+
+# ------------------------------------------------------------------ GPU: answers
+
+def small_integers(n: int, d: int, gen: torch.Generator, lo: int = -3, hi: int = 4) -> torch.Tensor:
+    """bf16 values in [lo, hi): every product and every fp32 partial sum is exact, so the scores are exact."""
+    return torch.randint(lo, hi, (n, d), generator=gen).to(torch.bfloat16)
+
+
+def run(variant, x, c, c_sq=None):
+    out = torch.full((x.shape[0],), POISON, dtype=torch.int32, device=x.device)
+    kmeans_kernels.assign(x, c, variant=variant, c_sq=c_sq, out=out)
+    torch.cuda.synchronize()
+    assert not (out == POISON).any(), "some output rows were never written"
+    return out
+
+
+def assert_equal(got, want, what):
+    bad = (got != want).nonzero().flatten()
+    assert bad.numel() == 0, (f"{what}: {bad.numel()} rows differ, first rows {bad[:8].tolist()}: "
+                              f"got {got[bad[:8]].tolist()}, want {want[bad[:8]].tolist()}")
+
+
+SHAPES = ([(n, 128, k) for n in (1, 127, 129, 257) for k in (1, 3, 257, 1000)]
+          + [(100003, 256, 1000), (300, 64, 300), (4096, 256, 4096)])
+# other D (tails inside a 64-wide slot, the largest D): one variant, to keep the compilations few
+ODD_D = [(300, 16, 129), (300, 80, 200), (300, 512, 300), (1000, 192, 1000)]
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("variant,N,D,K", [(v, *s) for s in SHAPES for v in VARIANTS]
+                         + [("serial", *s) for s in ODD_D])
+def test_exact_on_small_integers(variant, N, D, K):
+    gen = torch.Generator().manual_seed(N * 7919 + D * 31 + K)
+    x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()
+    assert_equal(run(variant, x, c), reference.assign(x, c), f"{variant} N={N} D={D} K={K}")
+
+
+def fp32_error_bound(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """[N, K] bound on |fp32 score - exact score|: D terms accumulated in fp32 (any order) plus the norm.
+
+    Products of bf16 values are exact in fp32; a sum of D terms in any order errs by at most
+    (D-1) * u * sum|terms| to first order (u = 2^-24), and 0.5*||c||^2 likewise. We take 2x that for
+    the second-order terms and for the score's own final rounding.
+    """
+    u = 2.0 ** -24
+    D = x.shape[1]
+    xa, ca = x.double().abs(), c.double().abs()
+    dot_mag = xa @ ca.t()
+    norm_mag = 0.5 * (ca * ca).sum(1)
+    return 2 * D * u * (dot_mag + norm_mag) + u * (dot_mag + norm_mag)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("N,D,K", [(4099, 128, 1000), (2048, 256, 4096), (1500, 64, 513)])
+def test_random_bf16_disagrees_only_within_fp32_error(variant, N, D, K):
+    gen = torch.Generator().manual_seed(N + D + K)
+    x = torch.randn(N, D, generator=gen).to(torch.bfloat16).cuda()
+    c = torch.randn(K, D, generator=gen).to(torch.bfloat16).cuda()
+    got, want = run(variant, x, c).long(), reference.assign(x, c).long()
+    bad = (got != want).nonzero().flatten()
+    assert bad.numel() <= max(1, N // 100), f"{bad.numel()} of {N} rows disagree"
+    if bad.numel():
+        xb = x[bad]
+        exact = 0.5 * (c.double() ** 2).sum(1) - xb.double() @ c.double().t()   # [bad, K], exact for bf16 inputs
+        bound = fp32_error_bound(xb, c)
+        rows = torch.arange(bad.numel(), device=x.device)
+        gap = (exact[rows, got[bad]] - exact[rows, want[bad]]).abs()
+        slack = bound[rows, got[bad]] + bound[rows, want[bad]]
+        assert (gap <= slack).all(), f"rows {bad[gap > slack].tolist()} disagree by more than fp32 error"
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_adversarial(variant):
+    gen = torch.Generator().manual_seed(5)
+    N, D, K = 300, 64, 700
+    x = small_integers(N, D, gen).cuda()
+    c = small_integers(K, D, gen).cuda()
+    # cross-tile ties: the same centroid in tiles 0, 1, 3 and twice inside tile 2 (same lane, other chain)
+    for k in (130, 131, 400, 10):
+        c[k] = c[7]
+    # all-equal centroids for rows whose nearest is any of them: lowest index must win
+    assert_equal(run(variant, x, c), reference.assign(x, c), f"{variant} ties")
+    same = c[:1].expand(K, D).contiguous()
+    assert_equal(run(variant, x, same), torch.zeros(N, dtype=torch.int32, device="cuda"), f"{variant} all-equal")
+
+    # NaN / inf in x and c
+    xs, cs = x.clone(), c.clone()
+    xs[0] = float("nan")                 # every score NaN: no winner (-1)
+    xs[1, 3] = float("inf")              # +-inf dots: -inf wins where the centroid's d=3 is positive
+    xs[2, 5] = float("-inf")
+    cs[11, 0] = float("nan")             # centroid 11 never wins
+    cs[12, 1] = float("inf")             # centroid 12: norm +inf
+    cs[650:] = float("inf")              # a whole tail tile of +inf centroids
+    assert_equal(run(variant, xs, cs), reference.assign(xs, cs), f"{variant} nan/inf")
+    # a row with no finite winner at all
+    allinf = torch.full((K, D), float("inf"), dtype=torch.bfloat16, device="cuda")
+    assert_equal(run(variant, x[:5].contiguous(), allinf), torch.full((5,), -1, dtype=torch.int32, device="cuda"),
+                 f"{variant} no winner")
+
+    # signed zero: +0.0 and -0.0 centroids score equal; the lower index wins
+    z = torch.zeros(K, D, dtype=torch.bfloat16, device="cuda")
+    z[::2] = -0.0
+    z[5:] = c[5:]
+    xz = torch.zeros(N, D, dtype=torch.bfloat16, device="cuda")
+    xz[:, 0] = -0.0
+    assert_equal(run(variant, xz, z), reference.assign(xz, z), f"{variant} signed zero")
+
+
+@gpu
+@needs_hopper
+def test_given_c_sq_is_used():
+    gen = torch.Generator().manual_seed(9)
+    x, c = small_integers(200, 128, gen).cuda(), small_integers(300, 128, gen).cuda()
+    c_sq = reference.centroid_norms(c)
+    c_sq[17] = -1e6            # makes centroid 17 win everywhere: the kernel must read c_sq, not recompute it
+    for variant in VARIANTS:
+        assert_equal(run(variant, x, c, c_sq), torch.full((200,), 17, dtype=torch.int32, device="cuda"), variant)
+
+
+@gpu
+@needs_hopper
+def test_fp16_inputs():
+    gen = torch.Generator().manual_seed(11)
+    x = small_integers(333, 128, gen).half().cuda()
+    c = small_integers(555, 128, gen).half().cuda()
+    for variant in VARIANTS:
+        assert_equal(run(variant, x, c), reference.assign(x, c), f"{variant} fp16")
+
+
+@gpu
+@needs_hopper
+def test_misaligned_input_is_refused():
+    x = torch.zeros(65 * 128 + 8, dtype=torch.bfloat16, device="cuda")[4:4 + 65 * 128].view(65, 128)
+    c = torch.zeros(10, 128, dtype=torch.bfloat16, device="cuda")
+    with pytest.raises(ValueError, match="16-byte"):
+        kmeans_kernels.assign(x, c, variant="serial")
+
+
+# ------------------------------------------------------------------ the benchmark's CPU-side behaviour
+
+def test_bench_uses_the_13_seed_shapes():
+    from kmeans_kernels import bench
+    shapes = bench.seed_shapes()
+    assert len(shapes) == len(set(shapes)) == 13
+    assert (1048576, 256, 4096) in shapes and all(D in (64, 128, 256) for _, D, _ in shapes)
+
+
+def test_bench_shape_argument():
+    from kmeans_kernels import bench
+    assert bench.parse_shapes("1,16,1;65536,128,4096") == [(1, 16, 1), (65536, 128, 4096)]
+    with pytest.raises(ValueError, match="N,D,K"):
+        bench.parse_shapes("65536,128")
+
+
+def test_bench_refuses_a_gpu_it_is_not_on(monkeypatch, capsys):
+    from kmeans_kernels import bench
+    from workbook import gpus
+    monkeypatch.setattr(gpus, "current", lambda device=None: gpus.H200)
+    assert bench.main(["--gpu", "b200", "--no-record"]) == 2
+    said = capsys.readouterr().out
+    assert "b200" in said and "H200" in said
+    monkeypatch.setattr(gpus, "current", lambda device=None: None)
+    assert bench.main(["--no-record"]) == 2
+    assert "no CUDA GPU" in capsys.readouterr().out
