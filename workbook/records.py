@@ -23,6 +23,7 @@ import functools
 import importlib.metadata
 import math
 import numbers
+import os
 import re
 import shutil
 import subprocess
@@ -59,7 +60,8 @@ def _driver() -> str:
 def _commit() -> str:
     sha = _run(["git", "rev-parse", "--short", "HEAD"])
     if not sha:
-        return "unknown"
+        # a copy of the tree without .git (a lent GPU machine): the caller may say which commit it is
+        return os.environ.get("WORKBOOK_COMMIT", "unknown")
     # uncommitted edits mean the numbers may not come from the code at `sha`
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return f"{sha}-dirty" if dirty else sha
