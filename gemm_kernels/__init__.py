@@ -15,6 +15,8 @@ import importlib
 
 import torch
 
+from workbook import gpus
+
 BACKENDS = {"sm_90a": "gemm_kernels.hopper", "sm_100a": "gemm_kernels.blackwell"}
 
 
@@ -25,12 +27,7 @@ def backend(arch: str):
 
 
 def arch_of(device: torch.device) -> str:
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get((major, minor))
-    if arch is None:
-        raise ValueError(f"{torch.cuda.get_device_name(device)} is sm_{major}{minor}: the GEMM kernels are built "
-                         f"for sm_90a (H100/H200) and sm_100a (B200) only; use torch.matmul")
-    return arch
+    return gpus.kernel_arch(device, instead="torch.matmul")
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, **kwargs) -> torch.Tensor:

@@ -20,6 +20,7 @@ import importlib
 import torch
 
 from kmeans_kernels import reference
+from workbook import gpus
 from kmeans_kernels.reference import scores  # noqa: F401  (re-exported for users)
 
 # arch -> backend module; sm_120 (consumer Blackwell) has no tcgen05 2-SM MMA and gets none of these.
@@ -37,13 +38,7 @@ def backend(arch: str):
 
 def arch_of(device: torch.device) -> str:
     """The kernel arch for a CUDA device: sm_90a for compute capability 9.0, sm_100a for 10.0."""
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get((major, minor))
-    if arch is None:
-        name = torch.cuda.get_device_name(device)
-        raise ValueError(f"{name} is sm_{major}{minor}: the tensor-core kernels are built for sm_90a (H100/H200) "
-                         f"and sm_100a (B200/GB200) only; use kmeans_kernels.reference.assign instead")
-    return arch
+    return gpus.kernel_arch(device, instead="kmeans_kernels.reference.assign")
 
 
 def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, out: torch.Tensor | None) -> None:

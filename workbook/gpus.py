@@ -133,6 +133,17 @@ def _arch_of(major: int, minor: int) -> str:
     return {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get((major, minor), f"sm_{major}{minor}")
 
 
+def kernel_arch(device, *, instead: str) -> str:
+    """The arch our kernels are built for on this CUDA device ("sm_90a" or "sm_100a"); a ValueError that
+    names the device and says what to use `instead` on any other (sm_120 consumer Blackwell included)."""
+    major, minor = torch.cuda.get_device_capability(device)
+    arch = _arch_of(major, minor)
+    if arch not in FAMILIES:
+        raise ValueError(f"{torch.cuda.get_device_name(device)} is {arch}: the kernels are built for sm_90a "
+                         f"(H100/H200) and sm_100a (B200/GB200) only; use {instead}")
+    return arch
+
+
 def spec_from_properties(props) -> GpuSpec:
     """The spec of a live device from its `torch.cuda.get_device_properties`: a known model with the live
     SM count, or a generic spec whose paper peaks are whatever the properties can tell."""
