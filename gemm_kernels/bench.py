@@ -1,0 +1,156 @@
+"""Time our Hopper GEMM, one configuration per step, beside torch.matmul (cuBLAS), by the seeds' method.
+
+    python -m gemm_kernels.bench                      # 4096^3, 8192^3, 16384^3 + the poor-last-wave shapes
+    python -m gemm_kernels.bench --shapes 4096x4096x4096 --no-record
+
+Method (DESIGN.md): three independently seeded input sets rotated between calls, 10 warm-up calls, the
+median of 30 CUDA-event-timed calls (`workbook.timing.bench`); every input set is checked against an fp32
+reference first (`match_rate` = the fraction of sets within the bf16 band, ||c - ref|| / ||ref|| < 1e-2).
+Rows go to data/measured/h200/gemm.csv (`workbook.records`): kernel "ours" or "torch", variant = the
+configuration, M, N, K, TFLOP/s = 2MNK / median time.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import torch
+
+from gemm_kernels import hopper
+
+REL_TOL = 1e-2
+# Each step of the story, alone: the 4-stage ring with the staged epilogue, the register epilogue at the same
+# depth, the 7-stage ring that fits once the epilogue buffer is gone (on Hopper only with a 128-wide tile:
+# a 128x256x64 stage is 48 KiB, so 4 is the most that fit either way), and the balanced schedule. All but
+# the first walk the work list in bands of 8 tile rows for L2 reuse (hopper.banded); the first keeps the
+# planner's row-major order, to measure that step. The last two pair CTAs along M in clusters of 2 that
+# share each B tile by TMA multicast.
+VARIANTS = {
+    "128x256x64 s4 register uniform rowmajor": dict(tile=(128, 256, 64), stages=4, epilogue="register",
+                                                    schedule="uniform", band_rows=1, cluster_m=1),
+    "128x256x64 s4 staged uniform":
+        dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1),
+    "128x256x64 s4 register uniform":
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1),
+    "128x128x64 s6 staged uniform":
+        dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1),
+    "128x128x64 s7 register uniform":
+        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1),
+    "128x256x64 s4 register balanced":
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1),
+    "128x256x64 s4 register uniform cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
+                                                    schedule="uniform", cluster_m=2),
+    "128x256x64 s4 register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
+                                                     schedule="balanced", cluster_m=2),
+}
+SQUARE = (4096, 8192, 16384)
+
+
+def poor_wave_shapes(count: int = 3, K: int = 8192, gpu=None):
+    """The (M, N, K) where the planner predicts the largest gain from balancing 128x256 tiles (>= 2 waves)."""
+    found = []
+    for M, N in itertools.product(range(2048, 8193, 512), repeat=2):
+        uniform = hopper.plan_for(M, N, 256, "uniform", gpu)
+        balanced = hopper.plan_for(M, N, 256, "balanced", gpu)
+        if uniform.waves >= 2:
+            found.append((uniform.makespan / balanced.makespan, M * N, M, N))
+    found.sort(key=lambda t: (-t[0], -t[1]))
+    picked, seen = [], set()
+    for gain, _, M, N in found:     # one shape per predicted gain, the largest first, no transposed twins
+        if round(gain, 3) in seen or (N, M) in {(m, n) for m, n, _ in picked}:
+            continue
+        seen.add(round(gain, 3))
+        picked.append((M, N, K))
+        if len(picked) == count:
+            break
+    return picked
+
+
+def input_sets(M: int, N: int, K: int, n: int = 3):
+    sets = []
+    for seed in range(n):
+        g = torch.Generator(device="cuda").manual_seed(1234 + seed)
+        a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
+        b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=g)
+        sets.append((a, b))
+    return sets
+
+
+def rel_error(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
+    ref = a.float() @ b.float()
+    return ((c.float() - ref).norm() / ref.norm()).item()
+
+
+def measure(name: str, fn, sets, M: int, N: int, K: int, kernel: str):
+    from workbook import timing
+    errors = [rel_error(fn(a, b), a, b) for a, b in sets]
+    t = timing.bench(fn, sets, warmup=10, iters=30)
+    return dict(kernel=kernel, variant=name, M=M, N=N, K=K, ms_median=t.ms_median, ms_min=t.ms_min,
+                ms_max=t.ms_max, tflops=t.tflops(2.0 * M * N * K),
+                match_rate=sum(e < REL_TOL for e in errors) / len(errors), max_rel_err=max(errors))
+
+
+def run(shapes, variants, record: bool = True, out_csv=None):
+    torch.backends.cuda.matmul.allow_tf32 = False    # the fp32 reference stays fp32
+    rows = []
+    for M, N, K in shapes:
+        sets = input_sets(M, N, K)
+        rows.append(measure("torch.matmul", torch.matmul, sets, M, N, K, "torch"))
+        print(_line(rows[-1], rows[-1]["tflops"]), flush=True)
+        for name in variants:
+            kw = VARIANTS[name]
+            rows.append(measure(name, lambda a, b, kw=kw: hopper.gemm(a, b, **kw), sets, M, N, K, "ours"))
+            print(_line(rows[-1], _torch(rows, M, N, K)), flush=True)
+        del sets
+        torch.cuda.empty_cache()
+    if record:
+        from workbook import records
+        records.append("h200", "gemm", rows)
+    if out_csv:
+        import pandas as pd
+        pd.DataFrame(rows).to_csv(out_csv, index=False)
+    return rows
+
+
+def _torch(rows, M, N, K) -> float:
+    return next(r["tflops"] for r in rows if r["kernel"] == "torch" and (r["M"], r["N"], r["K"]) == (M, N, K))
+
+
+def _line(r, torch_tflops: float) -> str:
+    return (f"{r['M']:>6} x {r['N']:>6} x {r['K']:>6}  {r['variant']:<42} {r['ms_median']:9.4f} ms "
+            f"{r['tflops']:7.1f} TFLOP/s  {100 * r['tflops'] / torch_tflops:6.1f}% of torch  "
+            f"rel err {r['max_rel_err']:.2e}")
+
+
+def _shape(text: str):
+    try:
+        M, N, K = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be MxNxK, got {text!r}") from None
+    return M, N, K
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shapes", type=_shape, nargs="+", help="MxNxK shapes (default: squares + poor-wave shapes)")
+    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS), metavar="NAME",
+                   help="configurations to time (default: all): " + "; ".join(VARIANTS))
+    p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
+    p.add_argument("--csv", help="also write the rows to this CSV file")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        raise SystemExit("gemm_kernels.bench times the Hopper kernel: it needs an H100/H200 (sm_90a). "
+                         "Recorded numbers: data/measured/h200/gemm.csv")
+    shapes = args.shapes or [(s, s, s) for s in SQUARE] + poor_wave_shapes()
+    rows = run(shapes, args.variants, record=not args.no_record, out_csv=args.csv)
+    print("\nTFLOP/s (% of torch.matmul):")
+    for (M, N, K), group in itertools.groupby(rows, key=lambda r: (r["M"], r["N"], r["K"])):
+        group = list(group)
+        base = _torch(group, M, N, K)
+        cells = "  ".join(f"{r['variant'].replace(' uniform', '')}: {r['tflops']:.0f} ({100 * r['tflops'] / base:.0f}%)"
+                          for r in group)
+        print(f"{M}x{N}x{K}: {cells}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,640 @@
+"""bf16 GEMM for Hopper (sm_90a) in CuTe DSL: TMA + WGMMA + an mbarrier ring, warp-specialised, persistent.
+
+    c = a @ b        a [M, K] row-major bf16, b [K, N] row-major bf16 (exactly what torch's `a @ b` takes),
+                     fp32 accumulation, c [M, N] row-major bf16.
+
+Layouts. The tensor cores want A and B as (M, K) and (N, K) operands. `a` is K-major (K is contiguous).
+`b` as torch stores it is [K, N] with N contiguous: we view it as an (N, K) tensor with strides (1, N),
+which is an *N-major* (MN-major) operand. WGMMA reads MN-major 16-bit operands from shared memory directly
+(the smem descriptor says which way the 128-byte swizzle runs), so no transpose is ever materialised.
+
+One CTA per SM, 384 threads, three warpgroups:
+  * warpgroup 0, the producer: one warp issues the TMA loads of A [128 x 64] and B [tile_n x 64] for each
+    K-block into a ring of `stages` shared-memory slots; an mbarrier per slot says "full" (TMA landed, by
+    byte count) and another says "empty" (both consumers are done reading it).
+  * warpgroups 1 and 2, the consumers: each owns 64 rows of the 128-row tile and issues WGMMA
+    m64 x tile_n x k16 from shared memory into fp32 registers (128 of them per thread for tile_n = 256),
+    then runs the epilogue.
+
+Persistent schedule. The grid is min(#work items, #slots); slot i walks items i, i + slots, i + 2*slots, ...
+of a work list [num_items, 3] int32 = (m0, n0, width) made by the planner (`gemm_kernels.waves.plan`) and
+reordered in bands of 8 tile rows for L2 reuse (`banded`). The "uniform" schedule is every tile at the
+widest width; the "balanced" one replaces some wide tiles by narrower ones so that the last wave fills
+the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a pair of CTAs stacked along M: the pair
+runs a 256-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which halves
+B's traffic from L2. The kernel handles two tile widths:
+  * B is always loaded with the wide TMA box, so the producer code and the byte count per stage never
+    change; a narrow item just ignores the columns it does not own (they are real data or TMA's zero fill);
+  * the consumers issue a narrower WGMMA (a second TiledMma, compile-time N = narrow width) over the first
+    `width` rows of the B slot, into the first registers of the same accumulator (the WGMMA register layout
+    puts the N/8 column groups outermost, so a narrow accumulator is a prefix of the wide one); the N-major
+    B slot is laid out in 64-column swizzle blocks, so narrow widths are multiples of 64 (192, 128 for 256);
+  * the epilogue writes only the first `width` columns.
+So one compiled kernel serves both widths; the branch is warp-uniform and sits outside the WGMMA issue.
+
+Epilogues:
+  * "staged": registers -> bf16 -> `stmatrix` into a shared-memory buffer of (128 x 32) sub-tiles ->
+    TMA store (cp.async.bulk.tensor shared -> global). Costs `epi_stages` x 8 KiB of shared memory.
+  * "register": registers -> bf16 -> a 4x4 transpose of 32-bit words inside each quad of lanes (two
+    butterfly shuffles) so that each lane holds 8 consecutive columns -> one 128-bit `st.global.v4` per
+    lane. Uses no shared memory, which can go to pipeline stages instead (`gemm_kernels.stages`); with
+    128x256x64 tiles it frees 16 KiB, less than one 48 KiB stage, so the ring stays 4 deep on Hopper.
+
+Tails. M and N tails: TMA zero-fills out-of-bounds loads, the TMA store clips, and the register epilogue
+predicates every 16-byte store (the second CTA of a pair may own no rows of the last item; it still loads
+and multicasts its half of B). K tail: zero-filled K-blocks add nothing. TMA needs 16-byte aligned row
+strides, so K and N must be multiples of 8 (a ValueError says so otherwise).
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+
+import cuda.bindings.driver as cuda_driver
+import torch
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.cute.runtime import make_fake_stream, make_ptr
+from cutlass.tensor_utils import LayoutEnum
+
+ARCH = "sm_90a"
+TILE_M = 128          # two consumer warpgroups x 64 rows (the WGMMA M)
+TILE_K = 64           # 64 bf16 = 128 bytes: one 128-byte swizzle row of the K-major A tile
+EPI_N = 32            # staged epilogue sub-tile: 128 x 32 bf16 = 8 KiB per buffer
+B_ATOM_N = 64         # N-major B in smem: 128-byte swizzle atoms of 64 bf16 columns
+EPILOGUES = ("staged", "register")
+SCHEDULES = ("uniform", "balanced")
+ALIGN = 8             # elements: TMA wants 16-byte aligned strides
+THREADS = 384         # producer warpgroup + two consumer warpgroups
+PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM
+
+
+@dataclass(frozen=True)
+class Config:
+    """One compiled kernel: the tile (wide width), the optional narrow width, the ring depth, the epilogue."""
+    tile_n: int = 256
+    narrow_n: int | None = None
+    stages: int = 4
+    epilogue: str = "register"
+    epi_stages: int = 2   # staged epilogue only: sub-tile buffers in flight
+    cluster_m: int = 1    # 2: CTA pairs stacked along M share each B tile by TMA multicast
+
+    def __post_init__(self):
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
+        for n in (self.tile_n, self.narrow_n):
+            if n is not None and not (n % EPI_N == 0 and 32 <= n <= 256):
+                raise ValueError(f"tile widths must be multiples of {EPI_N} in [32, 256], got {n}")
+        if self.narrow_n is not None and not (self.narrow_n < self.tile_n and self.narrow_n % B_ATOM_N == 0):
+            raise ValueError(f"narrow_n ({self.narrow_n}) must be a multiple of {B_ATOM_N} below tile_n "
+                             f"({self.tile_n})")
+        for n in (self.tile_n, self.narrow_n):
+            # The staged epilogue picks buffer (tile * sub-tiles + j) % epi_stages; a tile that ends early
+            # (narrow) must still hand the next tile the buffer after its last one.
+            if n is not None and (n // EPI_N) % self.epi_stages:
+                raise ValueError(f"tile width {n} is not a whole number of {self.epi_stages} x {EPI_N} columns")
+        if self.cluster_m not in (1, 2):
+            raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
+        if self.stages < 2:
+            raise ValueError(f"stages must be >= 2, got {self.stages}")
+
+
+class HopperGemm:
+    """The kernel for one `Config`; `__call__` is the host-side @cute.jit entry point."""
+
+    def __init__(self, config: Config):
+        self.cfg = config
+        self.tile = (TILE_M, config.tile_n, TILE_K)
+        self.staged = config.epilogue == "staged"
+        self.consumer_threads = 256
+
+    # ---------------------------------------------------------------- host side (traced once per compile)
+    @cute.jit
+    def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, c_ptr: cute.Pointer, work_ptr: cute.Pointer,
+                 M: cutlass.Int32, N: cutlass.Int32, K: cutlass.Int32, num_items: cutlass.Int32,
+                 num_ctas: cutlass.Int32, stream):
+        # Plain pointers and sizes make the launch cheap on the host (no DLPack per call); the layouts are
+        # rebuilt here. K and N are multiples of 8 (checked by the host API), which TMA needs to know.
+        k8, n8 = cute.assume(K, divby=ALIGN), cute.assume(N, divby=ALIGN)
+        a = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(k8, 1)))
+        b = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(1, n8)))   # [K, N] row-major = N-major (N, K)
+        c = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(n8, 1)))
+        work = cute.make_tensor(work_ptr, cute.make_layout((num_items, 3), stride=(3, 1)))
+        cfg = self.cfg
+        bf16 = cutlass.BFloat16
+
+        def tiled_mma_for(n):
+            # (2, 1, 1): the two consumer warpgroups split M; each issues m64 x n x k16.
+            return sm90.make_trivial_tiled_mma(bf16, bf16, OperandMajorMode.K, OperandMajorMode.MN,
+                                               cutlass.Float32, (2, 1, 1), tiler_mn=(64, n))
+
+        tiled_mma = tiled_mma_for(cfg.tile_n)
+        narrow_mma = tiled_mma_for(cfg.narrow_n) if cutlass.const_expr(cfg.narrow_n is not None) else tiled_mma
+
+        a_layout = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile, bf16, cfg.stages)
+        b_layout = sm90.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.tile, bf16, cfg.stages)
+        epi_layout = sm90.make_smem_layout_epi(bf16, LayoutEnum.ROW_MAJOR, (TILE_M, EPI_N), cfg.epi_stages)
+
+        tma_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K))
+        b_load = cpasync.CopyBulkTensorTileG2SMulticastOp() if cutlass.const_expr(cfg.cluster_m > 1) \
+            else cpasync.CopyBulkTensorTileG2SOp()
+        tma_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
+            b_load, b, cute.slice_(b_layout, (None, None, 0)), (cfg.tile_n, TILE_K), num_multicast=cfg.cluster_m)
+        tma_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileS2GOp(), c, cute.slice_(epi_layout, (None, None, 0)), (TILE_M, EPI_N))
+
+        epi_elems = cute.cosize(epi_layout) if cutlass.const_expr(self.staged) else 0
+
+        @cute.struct
+        class SharedStorage:
+            ring_barriers: cute.struct.MemRange[cutlass.Int64, cfg.stages * 2]
+            sA: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(a_layout)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(b_layout)], 1024]
+            sC: cute.struct.Align[cute.struct.MemRange[bf16, epi_elems], 1024]
+
+        self.shared_storage = SharedStorage
+        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work,
+                    tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
+            grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], cluster=[cfg.cluster_m, 1, 1], min_blocks_per_mp=1,
+            stream=stream)
+
+    # ---------------------------------------------------------------- device side
+    @cute.kernel
+    def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
+               tma_c: cute.CopyAtom, mC_tma: cute.Tensor, mC: cute.Tensor, work: cute.Tensor,
+               tiled_mma: cute.TiledMma, narrow_mma: cute.TiledMma,
+               a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, epi_layout: cute.ComposedLayout):
+        cfg = self.cfg
+        tidx, _, _ = cute.arch.thread_idx()
+        warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        cta, _, _ = cute.arch.block_idx()
+        num_ctas, _, _ = cute.arch.grid_dim()
+        # A cluster of cluster_m CTAs runs one work item of cluster_m x 128 rows; CTA `rank` owns rows
+        # rank*128.. of it and loads 1/cluster_m of the shared B tile, multicast to every CTA of the cluster.
+        rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
+        cluster = cta // cfg.cluster_m
+        num_clusters = num_ctas // cfg.cluster_m
+        num_items = work.shape[0]
+
+        if warp_idx == 0:
+            cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_b)
+            if cutlass.const_expr(self.staged):
+                cpasync.prefetch_descriptor(tma_c)
+
+        smem = cutlass.memory.SmemAllocator()
+        storage = smem.allocate(self.shared_storage)
+        stage_bytes = (cute.size_in_bytes(cutlass.BFloat16, cute.slice_(a_layout, (None, None, 0)))
+                       + cute.size_in_bytes(cutlass.BFloat16, cute.slice_(b_layout, (None, None, 0))))
+        # full[s]: one producer arrival + the TMA byte count (all of A and B land in every CTA);
+        # empty[s]: one arrival per consumer warp of every CTA whose TMA writes into this slot.
+        ring = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.ring_barriers.data_ptr(), num_stages=cfg.stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     cfg.cluster_m * self.consumer_threads // 32),
+            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
+        pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, 1), is_relaxed=True)
+
+        sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)   # (128, 64, stages)
+        sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)   # (tile_n, 64, stages)
+        k_blocks = cute.ceil_div(mA.shape[1], TILE_K)
+
+        pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, 1))
+
+        if warp_idx < 4:
+            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
+            if warp_idx == 0:
+                self.produce(tma_a, mA, tma_b, mB, sA, sB, ring, work, cluster, num_clusters, rank, num_items,
+                             k_blocks)
+        else:
+            cute.arch.setmaxregister_increase(CONSUMER_REGS)
+            ctidx = tidx - 128   # thread index among the 256 consumer threads
+            if cutlass.const_expr(self.staged):
+                sC = storage.sC.get_tensor(epi_layout.outer, swizzle=epi_layout.inner)
+            else:
+                sC = None
+            self.consume(tiled_mma, narrow_mma, sA, sB, sC, ring, work, cluster, num_clusters, rank,
+                         num_items, k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC)
+
+    @cute.jit
+    def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, cluster, num_clusters, rank, num_items,
+                k_blocks):
+        """One warp: walk the work list, stream each item's K-blocks of A and B into the ring."""
+        cm = self.cfg.cluster_m
+        state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
+        item = cluster
+        while item < num_items:
+            m0, n0 = work[item, 0] + rank * TILE_M, work[item, 1]
+            # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
+            gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (TILE_M, TILE_K), (0, None))
+            gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
+            tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                               cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+            # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
+            tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
+                                               cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+            for kb in range(k_blocks):
+                ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
+                full = ring.producer_get_barrier(state)
+                cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
+                if cutlass.const_expr(cm > 1):
+                    cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full,
+                              mcast_mask=cutlass.Int16((1 << cm) - 1))
+                else:
+                    cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
+                state.advance()
+            item += num_clusters
+        ring.producer_tail(state)                     # do not exit while TMA writes are in flight
+
+    @cute.jit
+    def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, cluster, num_clusters, rank, num_items,
+                k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC):
+        """Two warpgroups: WGMMA over the ring into fp32 registers, then the epilogue, item after item."""
+        cfg = self.cfg
+        has_narrow = cutlass.const_expr(cfg.narrow_n is not None)
+        # WGMMA partitions shared memory per warpgroup; registers per thread.
+        wg_slice = tiled_mma.get_slice((ctidx // 128) * 128)
+        tCrA = tiled_mma.make_fragment_A(wg_slice.partition_A(sA))
+        tCrB = tiled_mma.make_fragment_B(wg_slice.partition_B(sB))
+        acc = cute.make_rmem_tensor(wg_slice.partition_shape_C((TILE_M, cfg.tile_n)), cutlass.Float32)
+
+        if cutlass.const_expr(has_narrow):
+            # The first narrow_n rows of each B slot, as an (narrow_n, 64, stages) view of the same smem.
+            sB_narrow = cute.make_tensor(
+                sB.iterator,
+                cute.composition(sB.layout, cute.make_layout(
+                    (cfg.narrow_n, TILE_K, cfg.stages), stride=(1, cfg.tile_n, cfg.tile_n * TILE_K))))
+            nw_slice = narrow_mma.get_slice((ctidx // 128) * 128)
+            tNrA = narrow_mma.make_fragment_A(nw_slice.partition_A(sA))
+            tNrB = narrow_mma.make_fragment_B(nw_slice.partition_B(sB_narrow))
+            acc_narrow_shape = nw_slice.partition_shape_C((TILE_M, cfg.narrow_n))
+            # A prefix of the wide accumulator's registers (column groups are the outermost value mode).
+            acc_narrow = cute.make_tensor(acc.iterator, cute.make_layout(acc_narrow_shape))
+
+        if cutlass.const_expr(self.staged):
+            epi = self.staged_epilogue_setup(tiled_mma, sC, ctidx)
+        read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.stages)
+        release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.stages)
+        tiles_done = cutlass.Int32(0)
+
+        item = cluster
+        while item < num_items:
+            m0, n0, width = work[item, 0] + rank * TILE_M, work[item, 1], work[item, 2]
+            is_narrow = width < cfg.tile_n
+
+            acc.fill(0.0)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            if cutlass.const_expr(has_narrow):
+                narrow_mma.set(warpgroup.Field.ACCUMULATE, True)
+            warpgroup.fence()
+            for kb in range(k_blocks):
+                ring.consumer_wait(read)              # slot full: the TMA bytes have landed
+                if cutlass.const_expr(has_narrow):
+                    if is_narrow:
+                        self.mma_k_block(narrow_mma, acc_narrow, tNrA, tNrB, read.index)
+                    else:
+                        self.mma_k_block(tiled_mma, acc, tCrA, tCrB, read.index)
+                else:
+                    self.mma_k_block(tiled_mma, acc, tCrA, tCrB, read.index)
+                warpgroup.commit_group()
+                read.advance()
+                # Keep one K-block of WGMMAs in flight; the one before it is finished, so free its slot.
+                warpgroup.wait_group(1)
+                if kb > 0:
+                    ring.consumer_release(release)
+                    release.advance()
+            warpgroup.wait_group(0)
+            ring.consumer_release(release)
+            release.advance()
+
+            if cutlass.const_expr(self.staged):
+                self.staged_epilogue(epi, acc, sC, tma_c, mC_tma, m0, n0, width, tiles_done, warp_idx)
+            else:
+                self.register_epilogue(tiled_mma, acc, mC, m0, n0, width, ctidx)
+            tiles_done += 1
+            item += num_clusters
+
+        if cutlass.const_expr(self.staged):
+            epi[-1].producer_tail()
+
+    @cute.jit
+    def mma_k_block(self, mma, acc, tCrA, tCrB, slot):
+        """Issue the WGMMAs (k16 each) of one 64-deep K-block held in ring slot `slot`."""
+        for k in cutlass.range_constexpr(cute.size(tCrA, mode=[2])):
+            crd = (None, None, k, slot)
+            cute.gemm(mma, acc, tCrA[crd], tCrB[crd], acc)
+
+    # ---------------------------------------------------------------- epilogue 1: registers -> smem -> TMA
+    @cute.jit
+    def staged_epilogue_setup(self, tiled_mma, sC, ctidx):
+        """Once per CTA: the stmatrix copy from the accumulator layout to the sub-tile buffers, staging
+        registers for one sub-tile, and the bulk-store group counter that guards buffer reuse."""
+        copy_r2s = cute.make_tiled_copy_S(
+            sm90.get_smem_store_op(LayoutEnum.ROW_MAJOR, cutlass.BFloat16, cutlass.Float32),
+            cute.make_tiled_copy_C_atom(
+                cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), cutlass.BFloat16), tiled_mma))
+        thr_r2s = copy_r2s.get_slice(ctidx)
+        tRS_sC = thr_r2s.partition_D(sC)                         # (R2S, R2S_M, R2S_N, buffer)
+        rd_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
+        tRS_f32 = cute.make_rmem_tensor(rd_shape, cutlass.Float32)
+        tRS_bf16 = cute.make_rmem_tensor(rd_shape, cutlass.BFloat16)
+        store_ring = pipeline.PipelineTmaStore.create(
+            num_stages=self.cfg.epi_stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads))
+        return copy_r2s, tRS_sC, tRS_f32, tRS_bf16, store_ring
+
+    @cute.jit
+    def staged_epilogue(self, epi, acc, sC, tma_c, mC_tma, m0, n0, width, tiles_done, warp_idx):
+        """Per item: for each 32-column sub-tile the item owns, registers -> bf16 -> stmatrix into a buffer,
+        then one warp TMA-stores the buffer; the store clips rows and columns outside C."""
+        copy_r2s, tRS_sC, tRS_f32, tRS_bf16, store_ring = epi
+        cfg = self.cfg
+        sync = pipeline.NamedBarrier(barrier_id=1, num_threads=self.consumer_threads)
+        tRS_acc = copy_r2s.retile(acc)
+        per_sub = cute.size(tRS_f32)
+        gC = cute.local_tile(cute.domain_offset((m0, n0), mC_tma), (TILE_M, cfg.tile_n), (0, 0))
+        gC_sub = cute.zipped_divide(gC, (TILE_M, EPI_N))        # ((128, 32), (1, tile_n / 32))
+        tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
+                                           cute.group_modes(sC, 0, 2), gC_sub)
+        n_sub = cfg.tile_n // EPI_N
+        for j in cutlass.range_constexpr(n_sub):
+            if j * EPI_N < width:
+                # Accumulator values of sub-tile j (column groups are outermost, so a contiguous range).
+                for v in cutlass.range_constexpr(per_sub):
+                    tRS_f32[v] = tRS_acc[j * per_sub + v]
+                tRS_bf16.store(tRS_f32.load().to(cutlass.BFloat16))
+                buf = (tiles_done * n_sub + j) % cfg.epi_stages
+                cute.copy(copy_r2s, tRS_bf16, tRS_sC[(None, None, None, buf)])
+                cute.arch.fence_proxy("async.shared", space="cta")   # make stmatrix visible to TMA
+                sync.arrive_and_wait()
+                if warp_idx == 4:
+                    cute.copy(tma_c, tCsC[(None, buf)], tCgC[(None, (0, j))])
+                    store_ring.producer_commit()
+                    store_ring.producer_acquire()      # the buffer we reuse next is read out
+                sync.arrive_and_wait()
+
+    # ---------------------------------------------------------------- epilogue 2: registers -> global
+    @cute.jit
+    def register_epilogue(self, tiled_mma, acc, mC, m0, n0, width, ctidx):
+        """128-bit stores straight from registers.
+
+        WGMMA leaves lane q of each quad (q = lane % 4) with columns 8g + 2q and 8g + 2q + 1 of every
+        8-column group g, at rows r and r + 8. Four adjacent groups (32 columns) are thus a 4x4 matrix of
+        32-bit bf16 pairs spread over the quad, one row per lane; transposing it with two butterfly
+        shuffles (xor 1, xor 2) leaves lane q with all 8 columns of group 4j + q: one 16-byte store.
+        """
+        cfg = self.cfg
+        M, N = mC.shape
+        ldc = mC.stride[0]
+        lane = ctidx % 32
+        q = lane % 4
+        # The (row, col) of this thread's value (0, h, g) comes from the MMA's own partition of the tile.
+        coords = tiled_mma.get_slice(ctidx).partition_C(cute.make_identity_tensor((TILE_M, cfg.tile_n)))
+        block = cute.make_rmem_tensor((2, 2, 4), cutlass.Float32)      # (pair, row half, group) of 32 cols
+        block_bf16 = cute.make_rmem_tensor((2, 2, 4), cutlass.BFloat16)
+        out = cute.make_rmem_tensor((4,), cutlass.Int32)
+        for j in cutlass.range_constexpr(cfg.tile_n // 32):
+            if j * 32 < width:
+                for h in cutlass.range_constexpr(2):
+                    for t in cutlass.range_constexpr(4):
+                        for p in cutlass.range_constexpr(2):
+                            block[p, h, t] = acc[(p, h, 4 * j + t), 0, 0]
+                block_bf16.store(block.load().to(cutlass.BFloat16))
+                words = cute.recast_tensor(block_bf16, cutlass.Int32)   # (1, 2, 4): word (h, t)
+                for h in cutlass.range_constexpr(2):
+                    w = _quad_transpose([words[0, h, 0], words[0, h, 1], words[0, h, 2], words[0, h, 3]], q)
+                    row_in_tile, col0 = coords[(0, h, 4 * j), 0, 0]
+                    row = m0 + row_in_tile
+                    col = n0 + (col0 - 2 * q) + 8 * q        # first column of group 4j + q
+                    if row < M and col < N:
+                        for t in cutlass.range_constexpr(4):
+                            out[t] = w[t]
+                        ptr = mC.iterator + (cutlass.Int64(row) * ldc + col)
+                        cute.arch.store(ptr, out.load().ir_value())
+
+
+def _quad_transpose(w, q):
+    """Transpose a 4x4 matrix of 32-bit words held one row per lane by the 4 lanes of a quad.
+
+    Lane q holds w[t] = W[q][t]; afterwards it holds W[t][q]. Each of the two steps swaps 2x2 blocks of
+    the matrix between lanes q and q ^ m with one butterfly shuffle per pair of words. Plain Python on
+    purpose: the loops unroll while tracing.
+    """
+    w = list(w)
+    for m in (1, 2):
+        upper = (q & m) != 0                     # does this lane keep the high half of each pair?
+        for t in range(4):
+            if t & m == 0:
+                lo, hi = w[t], w[t | m]
+                got = cute.arch.shuffle_sync_bfly(cutlass.select_(upper, lo, hi), offset=m)
+                w[t] = cutlass.select_(upper, got, lo)
+                w[t | m] = cutlass.select_(upper, hi, got)
+    return w
+
+
+# -------------------------------------------------------------------- host API
+
+DEFAULT_TILE = (TILE_M, 256, TILE_K)
+BAND_ROWS = 8         # tile rows per raster band of the work list (see `banded`)
+DEFAULT_CLUSTER_M = 2 # measured best overall on H200 (notes/perf-log.md, "GEMM on H200")
+STAGED_BUFFERS = 2    # staged epilogue: (128 x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
+
+
+def narrow_widths(tile_n: int) -> tuple[int, ...]:
+    """Widths the balanced schedule may use beside `tile_n` (the planner's g*W/(g+1) rule), restricted to
+    multiples of B_ATOM_N: the narrow WGMMA reads a prefix of the wide B slot, and the N-major 128-byte
+    swizzle lays B out in 64-column blocks, so a prefix must be whole blocks. Widest first."""
+    from gemm_kernels import waves
+    return waves.narrow_widths(tile_n, multiple_of=B_ATOM_N)
+
+
+def _stage_budget(tile, epilogue: str, depth: int | None = None):
+    from gemm_kernels.stages import stages as stage_budget
+    extra = dict(epilogue_tile=(TILE_M, EPI_N), epilogue_buffers=STAGED_BUFFERS) if epilogue == "staged" else {}
+    return stage_budget(tuple(tile), epilogue, ARCH, depth=depth, **extra)
+
+
+def stage_count(tile, epilogue: str) -> int:
+    """The deepest ring that fits beside `epilogue` in one CTA's shared memory (gemm_kernels.stages)."""
+    return _stage_budget(tile, epilogue).stages
+
+
+def _check_tile(tile):
+    tile = DEFAULT_TILE if tile is None else tuple(tile)
+    if len(tile) != 3 or tile[0] != TILE_M or tile[2] != TILE_K or tile[1] % B_ATOM_N or not 64 <= tile[1] <= 256:
+        raise ValueError(f"Hopper tiles are ({TILE_M}, tile_n, {TILE_K}) with tile_n one of 64, 128, 192, 256 "
+                         f"(whole 64-column swizzle blocks of B); got {tile}")
+    return tile
+
+
+def _check_options(epilogue: str, schedule: str):
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
+    if schedule not in SCHEDULES:
+        raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
+
+
+def _check_shape(M: int, N: int, K: int):
+    for name, v in (("M", M), ("N", N), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    if K % ALIGN or N % ALIGN:
+        raise ValueError(f"K ({K}) and N ({N}) must be multiples of {ALIGN}: TMA needs the rows of a [M, K] "
+                         f"and b [K, N] to start on 16-byte boundaries")
+
+
+def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: int = 1):
+    """The planner's work list for this GEMM: uniform tiles, or balanced so the last wave fills the GPU.
+    With clusters an item is a cluster's tile (cluster_m x 128 rows) and a slot is a cluster."""
+    from gemm_kernels import waves
+    from workbook import gpus
+    gpu = gpu or gpus.current() or gpus.H200
+    return waves.plan(M, N, gpu=gpu, tile_m=TILE_M * cluster_m, tile_ns=(tile_n, *narrow_widths(tile_n)),
+                      balanced=schedule == "balanced", schedule="static", ctas_per_item=cluster_m)
+
+
+def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
+               cluster_m: int = DEFAULT_CLUSTER_M, gpu=None):
+    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
+    _check_options(epilogue, schedule)
+    tile = _check_tile(tile)
+    if cluster_m not in (1, 2):
+        raise ValueError(f"cluster_m must be 1 or 2, got {cluster_m!r}")
+    plan = plan_for(M, N, tile[1], schedule, gpu, cluster_m)
+    if stages is not None:
+        _stage_budget(tile, epilogue, depth=stages)   # ValueError when that many do not fit
+    cfg = Config(tile_n=tile[1], narrow_n=plan.narrow, epilogue=epilogue, epi_stages=STAGED_BUFFERS,
+                 stages=stage_count(tile, epilogue) if stages is None else stages, cluster_m=cluster_m)
+    return cfg, plan
+
+
+def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
+                 cluster_m: int = DEFAULT_CLUSTER_M, arch: str = ARCH, dump_dir=None):
+    """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
+    (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
+    if arch != ARCH:
+        raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
+    _check_shape(M, N, K)
+    from workbook import gpus, sass
+    cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
+                        cluster_m=cluster_m, gpu=gpus.H200)
+    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, M, N, K, 1, cluster_m, make_fake_stream()),
+                            arch=arch, dump_dir=dump_dir)
+
+
+def banded(items, band_rows: int = BAND_ROWS):
+    """The planner's items with the wide tiles in L2-friendly order; the narrow tail stays last.
+
+    Row-major order sends one wave of 132 tiles across ~4 tile rows and *every* column of B: at
+    16384^3 that is 512 MiB of B per wave, far more than the 50 MiB L2. Walking the wide tiles in bands of
+    `band_rows` tile rows, column by column within a band, makes a wave touch `band_rows` panels of A and
+    ~132 / band_rows panels of B. Each slot still runs the same widths in the same order, so the planner's
+    prediction is unchanged. band_rows=1 is the planner's own (row-major) order.
+    """
+    if band_rows < 1:
+        raise ValueError(f"band_rows must be >= 1, got {band_rows}")
+    wide = max(t.width for t in items)
+    head = [t for t in items if t.width == wide]
+    tail = [t for t in items if t.width != wide]
+    head.sort(key=lambda t: (t.m0 // (TILE_M * band_rows), t.n0, t.m0))   # band_rows counts 128-row CTA rows
+    return head + tail
+
+
+@functools.lru_cache(maxsize=64)
+def _prepare(M: int, N: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
+             device: torch.device):
+    """Config, plan and the work list on `device`, planned once per shape (planning is Python, milliseconds)."""
+    cfg, plan = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
+                           cluster_m=cluster_m)
+    work = torch.tensor([tuple(t) for t in banded(plan.items, band_rows)], dtype=torch.int32, device=device)
+    return cfg, plan, work
+
+
+def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, M: int, N: int, K: int, num_items: int,
+          num_ctas: int, stream):
+    """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
+    def ptr(dtype, addr):
+        return make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=16)
+    bf16 = cutlass.BFloat16
+    return (ptr(bf16, a_addr), ptr(bf16, b_addr), ptr(bf16, c_addr), ptr(cutlass.Int32, work_addr),
+            *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
+
+
+_KERNELS: dict[Config, object] = {}
+
+
+def _kernel(cfg: Config):
+    """The launchable kernel for `cfg`, compiled on first use. It is shape-generic: one compile serves
+    every M, N, K."""
+    kernel = _KERNELS.get(cfg)
+    if kernel is None:
+        dummy = _args(16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
+        kernel = _KERNELS[cfg] = cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}")
+    return kernel
+
+
+def _check_operand(name: str, t) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != torch.bfloat16:
+        raise ValueError(f"{name} must be bfloat16, got {t.dtype}")
+    if t.device.type != "cuda":
+        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    if t.dim() != 2 or not t.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous (row-major) 2-D tensor, got shape {tuple(t.shape)} "
+                         f"strides {t.stride()}")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary for TMA (a fresh tensor does)")
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
+         schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
+         band_rows: int = BAND_ROWS) -> torch.Tensor:
+    """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
+    fp32 accumulation, c [M, N] bf16 (written into `out` if given).
+
+    tile: (128, tile_n, 64), default (128, 256, 64). stages: ring depth, default the most that fit
+    (gemm_kernels.stages). epilogue: "register" or "staged". schedule: "balanced" or "uniform".
+    cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
+    band_rows: the L2 raster of the work list (`banded`); 1 keeps the planner's row-major order.
+    """
+    _check_operand("a", a)
+    _check_operand("b", b)
+    if a.device != b.device:
+        raise ValueError(f"a and b must be on one device, got {a.device} and {b.device}")
+    if not _is_hopper(a.device):
+        raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(a.device)} is not")
+    (M, K), (K2, N) = a.shape, b.shape
+    if K != K2:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    _check_shape(M, N, K)
+    if out is None:
+        out = torch.empty(M, N, dtype=torch.bfloat16, device=a.device)
+    else:
+        _check_operand("out", out)
+        if out.shape != (M, N) or out.device != a.device:
+            raise ValueError(f"out must be [{M}, {N}] on {a.device}, got {tuple(out.shape)} on {out.device}")
+
+    cfg, plan, work = _prepare(M, N, None if tile is None else tuple(tile), stages, epilogue, schedule,
+                               cluster_m, band_rows, a.device)
+    kernel = _kernel(cfg)
+    # The launch goes to the current device and stream; only switch devices when `a` lives elsewhere
+    # (the switch costs host time, which the per-call-synchronised benchmark would count).
+    with contextlib.nullcontext() if a.device.index == torch.cuda.current_device() else torch.cuda.device(a.device):
+        stream = cuda_driver.CUstream(torch.cuda.current_stream().cuda_stream)
+        kernel(*_args(a.data_ptr(), b.data_ptr(), out.data_ptr(), work.data_ptr(), M, N, K, len(plan.items),
+                      min(len(plan.items), plan.slots) * cfg.cluster_m, stream))
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _is_hopper(device: torch.device) -> bool:
+    return torch.cuda.get_device_capability(device) == (9, 0)

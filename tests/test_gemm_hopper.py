@@ -1,0 +1,236 @@
+"""The Hopper GEMM: what it compiles to (CPU, no GPU needed) and what it computes (GPU, marked `gpu`)."""
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from gemm_kernels import hopper, waves
+from workbook import gpus, sass
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+needs_hopper = pytest.mark.skipif(
+    not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0), reason="needs an H100/H200")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(M, N, K, **kw):
+    """One compile per configuration per test session (a compile takes seconds on a CPU)."""
+    return hopper.compile_gemm(M, N, K, **kw)
+
+
+def opcodes(art):
+    return sass.histogram(art.sass)
+
+
+def count(hist, prefix):
+    return sum(n for op, n in hist.items() if op.startswith(prefix))
+
+
+# ------------------------------------------------------------------------------------------- CPU: SASS
+
+REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1)
+STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1)
+SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1)
+CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2)
+
+
+@pytest.mark.parametrize("kw", [REGISTER, STAGED, SEVEN, CLUSTER], ids=["register", "staged", "7-stage", "cluster"])
+def test_wgmma_and_no_spills(kw):
+    hist = opcodes(compiled(4096, 4096, 4096, **kw))
+    assert count(hist, f"HGMMA.64x{kw['tile'][1]}x16.F32.BF16") > 0, hist
+    assert count(hist, "LDL") == 0 and count(hist, "STL") == 0, "register spills"
+    assert count(hist, "UTMALDG") > 0, "operands must arrive by TMA"
+
+
+def test_register_epilogue_stores_128_bits_from_registers():
+    art = compiled(4096, 4096, 4096, **REGISTER)
+    hist = opcodes(art)
+    assert count(hist, "STG.E.128") > 0, hist
+    assert count(hist, "STG") == count(hist, "STG.E.128"), "every global store should be 128-bit"
+    assert count(hist, "SHFL.BFLY") > 0, "the quad transpose"
+    assert count(hist, "STSM") == 0 and count(hist, "STS") == 0 and count(hist, "UTMASTG") == 0
+    assert "cp.async.bulk.tensor.2d.global.shared" not in art.ptx      # no TMA store (loads are shared.global)
+
+
+def test_staged_epilogue_goes_through_shared_memory_and_tma():
+    art = compiled(4096, 4096, 4096, **STAGED)
+    hist = opcodes(art)
+    assert count(hist, "STSM") > 0, hist                       # stmatrix: registers -> shared
+    assert count(hist, "UTMASTG") > 0, hist                    # TMA store: shared -> global
+    assert "cp.async.bulk.tensor.2d.global.shared" in art.ptx
+    assert count(hist, "STG") == 0
+
+
+def test_cluster_multicasts_b():
+    hist = opcodes(compiled(4096, 4096, 4096, **CLUSTER))
+    assert count(hist, "UTMALDG.2D.MULTICAST") > 0, hist
+    assert count(hist, "UTMALDG.2D") > count(hist, "UTMALDG.2D.MULTICAST"), "A stays a plain TMA load"
+
+
+def test_balanced_plan_compiles_both_tile_widths():
+    plan = hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200)
+    assert plan.narrow is not None and plan.last_wave_fill == 1.0
+    hist = opcodes(compiled(8192, 8192, 8192, tile=(128, 256, 64), epilogue="register", schedule="balanced",
+                            cluster_m=1))
+    assert count(hist, "HGMMA.64x256x16") > 0 and count(hist, f"HGMMA.64x{plan.narrow}x16") > 0, hist
+    assert count(hist, "LDL") == 0 and count(hist, "STL") == 0
+
+
+# ------------------------------------------------------------------------------------------- CPU: rules
+
+def test_default_stage_counts_come_from_the_smem_arithmetic():
+    # 128x256x64 bf16 stage = 48 KiB; 227 KiB per CTA: 4 fit with or without the 16 KiB epilogue buffers.
+    assert hopper.stage_count((128, 256, 64), "register") == 4
+    assert hopper.stage_count((128, 256, 64), "staged") == 4
+    # 128x128x64 = 32 KiB: 7 fit with no epilogue buffer, 6 beside it.
+    assert hopper.stage_count((128, 128, 64), "register") == 7
+    assert hopper.stage_count((128, 128, 64), "staged") == 6
+
+
+def test_quad_transpose_moves_each_lanes_column_to_it(monkeypatch):
+    # Run the register epilogue's shuffle network on 4 simulated lanes at once: a "register" is a numpy
+    # array of the 4 lanes' values, a butterfly shuffle reads the partner lane q ^ m.
+    import numpy as np
+    q = np.arange(4)
+    monkeypatch.setattr(hopper.cute.arch, "shuffle_sync_bfly", lambda x, offset: x[q ^ offset])
+    monkeypatch.setattr(hopper.cutlass, "select_", lambda c, a, b: np.where(c, a, b))
+    rng = np.random.default_rng()
+    W = rng.integers(0, 2**31, size=(4, 4))                # W[lane, t]: lane q starts with row q
+    out = hopper._quad_transpose([W[:, t] for t in range(4)], q)
+    assert np.array_equal(np.stack(out, axis=1), W.T)      # lane q ends with column q
+
+
+def test_narrow_widths_follow_the_planner_rule():
+    for wide in (256, 128):
+        for w in hopper.narrow_widths(wide):
+            g = w // (wide - w)
+            assert w * (g + 1) == g * wide and w % 64 == 0
+    assert hopper.narrow_widths(256) == (192, 128)
+    assert hopper.narrow_widths(128) == (64,)
+
+
+def test_work_list_covers_the_output_once():
+    M, N = 2048 + 384, 6656
+    for schedule in hopper.SCHEDULES:
+        plan = hopper.plan_for(M, N, 256, schedule, gpus.H200)
+        covered = torch.zeros(-(-M // 128) * 128, N + 256, dtype=torch.int32)
+        for m0, n0, w in plan.items:
+            assert w in (256, plan.narrow)
+            covered[m0:m0 + 128, n0:n0 + w] += 1
+        assert (covered[:M, :N] == 1).all()
+
+
+def test_banded_order_is_a_permutation_that_keeps_the_narrow_tail():
+    plan = hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200)
+    items = list(plan.items)
+    assert hopper.banded(items, 1) == items                     # one row per band: the planner's order
+    order = hopper.banded(items, 8)
+    assert sorted(order) == sorted(items) and order != items
+    n_wide = sum(t.width == 256 for t in items)
+    assert order[n_wide:] == items[n_wide:]                      # narrow tail untouched, still last
+    first_wave = order[:plan.slots]
+    assert len({t.m0 for t in first_wave}) == 8                  # one band of 8 tile rows
+    with pytest.raises(ValueError):
+        hopper.banded(items, 0)
+
+
+@pytest.mark.parametrize("M,N,K,kw,match", [
+    (128, 128, 100, {}, "multiples of 8"),
+    (128, 100, 128, {}, "multiples of 8"),
+    (0, 128, 128, {}, "positive"),
+    (128, 128, 128, dict(epilogue="smem"), "epilogue"),
+    (128, 128, 128, dict(schedule="dynamic"), "schedule"),
+    (128, 128, 128, dict(tile=(64, 256, 64)), "tile"),
+    (128, 128, 128, dict(tile=(128, 96, 64)), "tile"),
+    (128, 128, 128, dict(tile=(128, 256, 64), stages=5), "do not fit"),
+    (128, 128, 128, dict(arch="sm_100a"), "sm_90a"),
+    (128, 128, 128, dict(cluster_m=4), "cluster_m"),
+])
+def test_compile_gemm_rejects_bad_requests(M, N, K, kw, match):
+    with pytest.raises(ValueError, match=match):
+        hopper.compile_gemm(M, N, K, **kw)
+
+
+def test_gemm_rejects_cpu_and_wrong_dtype():
+    a = torch.zeros(64, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="CUDA"):
+        hopper.gemm(a, a)
+    with pytest.raises(ValueError, match="bfloat16"):
+        hopper.gemm(a.float(), a.float())
+    with pytest.raises(ValueError, match="torch.Tensor"):
+        hopper.gemm([[1.0]], a)
+
+
+# ------------------------------------------------------------------------------------------- GPU: numbers
+
+GPU_CONFIGS = {
+    "default": dict(),    # 128x256x64, 4 stages, register epilogue, balanced schedule, CTA pairs
+    "register-balanced": dict(cluster_m=1),
+    "staged-uniform": dict(epilogue="staged", schedule="uniform", cluster_m=1),
+    "7-stage-128": dict(tile=(128, 128, 64), stages=7, schedule="balanced", cluster_m=1),
+    "cluster2-staged": dict(cluster_m=2, epilogue="staged", schedule="uniform"),
+}
+# (M, N, K): tails in every dimension, a single tile, a shape whose balanced plan has narrow items.
+GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024), (2560, 7168, 256)]
+
+
+def fp32_reference(a, b):
+    return a.float() @ b.float()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("config", list(GPU_CONFIGS))
+@pytest.mark.parametrize("M,N,K", GPU_SHAPES)
+def test_random_inputs_match_fp32_reference(config, M, N, K):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)   # every element must be written
+    c = hopper.gemm(a, b, out=out, **GPU_CONFIGS[config])
+    assert c is out
+    ref = fp32_reference(a, b)
+    assert torch.isfinite(c).all(), "unwritten (NaN) output elements"
+    rel = ((c.float() - ref).norm() / ref.norm()).item()
+    assert rel < 1e-2, f"relative error {rel:.3e}"
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("config", list(GPU_CONFIGS))
+@pytest.mark.parametrize("M,N,K", [(1000, 1032, 520), (2048, 5120, 512)])
+def test_small_integers_are_exact(config, M, N, K):
+    # |a|, |b| <= 3 and K <= 520: every partial sum is an integer < 2^24, exact in fp32, so the only rounding
+    # is the final one to bf16, which the reference does the same way.
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    c = hopper.gemm(a, b, **GPU_CONFIGS[config])
+    assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+def test_balanced_schedule_really_has_narrow_items():
+    plan = hopper.plan_for(2048, 5120, 256, "balanced")
+    assert plan.narrow is not None, plan.describe()
+    assert isinstance(plan, waves.Plan)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+def test_gpu_input_errors():
+    a = torch.zeros(64, 64, device="cuda", dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="bfloat16"):
+        hopper.gemm(a.half(), a.half())
+    with pytest.raises(ValueError, match="multiples of 8"):
+        hopper.gemm(a[:, :60].contiguous(), a[:60].contiguous())
+    with pytest.raises(ValueError, match="inner dimensions"):
+        hopper.gemm(a, a[:32].contiguous())
+    with pytest.raises(ValueError, match="contiguous"):
+        hopper.gemm(a.t(), a)
