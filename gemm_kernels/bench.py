@@ -1,13 +1,15 @@
-"""Time our Hopper GEMM, one configuration per step, beside torch.matmul (cuBLAS), by the seeds' method.
+"""Time our GEMM, one configuration per step, beside torch.matmul (cuBLAS), by the seeds' method.
 
-    python -m gemm_kernels.bench                      # 4096^3, 8192^3, 16384^3 + the poor-last-wave shapes
+    python -m gemm_kernels.bench                      # this GPU: H200 -> 4096^3, 8192^3, 16384^3 + poor-wave shapes
+    python -m gemm_kernels.bench --gpu b200           # the seed's benchmark on a B200 (refuses on any other GPU)
     python -m gemm_kernels.bench --shapes 4096x4096x4096 --no-record
 
 Method (DESIGN.md): three independently seeded input sets rotated between calls, 10 warm-up calls, the
 median of 30 CUDA-event-timed calls (`workbook.timing.bench`); every input set is checked against an fp32
 reference first (`match_rate` = the fraction of sets within the bf16 band, ||c - ref|| / ||ref|| < 1e-2).
-Rows go to data/measured/h200/gemm.csv (`workbook.records`): kernel "ours" or "torch", variant = the
-configuration, M, N, K, TFLOP/s = 2MNK / median time.
+Rows go to data/measured/<gpu>/gemm.csv (`workbook.records`): kernel "ours" or "torch", variant = the
+configuration, M, N, K, TFLOP/s = 2MNK / median time. On a B200 the configurations are
+`gemm_kernels.blackwell.bench_configs()` (4-stage staged, 7-stage register, 7-stage register balanced).
 """
 from __future__ import annotations
 
@@ -90,22 +92,35 @@ def measure(name: str, fn, sets, M: int, N: int, K: int, kernel: str):
                 match_rate=sum(e < REL_TOL for e in errors) / len(errors), max_rel_err=max(errors))
 
 
-def run(shapes, variants, record: bool = True, out_csv=None):
+def configs(arch: str) -> dict:
+    """name -> (gemm function, keyword arguments) of every configuration timed on this arch, in story order."""
+    if arch == "sm_90a":
+        return {name: (hopper.gemm, kw) for name, kw in VARIANTS.items()}
+    from gemm_kernels import blackwell
+    return {c["name"]: (blackwell.gemm, c["kwargs"]) for c in blackwell.bench_configs()}
+
+
+def default_shapes(arch: str):
+    squares = [(s, s, s) for s in SQUARE]
+    # the seed measured the three squares on B200; on Hopper we add the shapes where balancing should pay
+    return squares if arch == "sm_100a" else squares + poor_wave_shapes()
+
+
+def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None):
     torch.backends.cuda.matmul.allow_tf32 = False    # the fp32 reference stays fp32
     rows = []
     for M, N, K in shapes:
         sets = input_sets(M, N, K)
         rows.append(measure("torch.matmul", torch.matmul, sets, M, N, K, "torch"))
         print(_line(rows[-1], rows[-1]["tflops"]), flush=True)
-        for name in variants:
-            kw = VARIANTS[name]
-            rows.append(measure(name, lambda a, b, kw=kw: hopper.gemm(a, b, **kw), sets, M, N, K, "ours"))
+        for name, (fn, kw) in chosen.items():
+            rows.append(measure(name, lambda a, b, fn=fn, kw=kw: fn(a, b, **kw), sets, M, N, K, "ours"))
             print(_line(rows[-1], _torch(rows, M, N, K)), flush=True)
         del sets
         torch.cuda.empty_cache()
     if record:
         from workbook import records
-        records.append("h200", "gemm", rows)
+        records.append(gpu_key, "gemm", rows)
     if out_csv:
         import pandas as pd
         pd.DataFrame(rows).to_csv(out_csv, index=False)
@@ -133,16 +148,30 @@ def _shape(text: str):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", type=_shape, nargs="+", help="MxNxK shapes (default: squares + poor-wave shapes)")
-    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=list(VARIANTS), metavar="NAME",
-                   help="configurations to time (default: all): " + "; ".join(VARIANTS))
+    p.add_argument("--variants", nargs="+", metavar="NAME",
+                   help="configurations to time (default: all of this GPU's); on H200: " + "; ".join(VARIANTS))
+    p.add_argument("--gpu", choices=("h200", "b200"), default=None,
+                   help="the GPU the numbers are for; refuses to run on any other")
     p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
     p.add_argument("--csv", help="also write the rows to this CSV file")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        raise SystemExit("gemm_kernels.bench times the Hopper kernel: it needs an H100/H200 (sm_90a). "
+    from workbook import gpus
+    spec = gpus.current()
+    if spec is None:
+        raise SystemExit("gemm_kernels.bench needs a GPU (H100/H200 or B200); none is present. "
                          "Recorded numbers: data/measured/h200/gemm.csv")
-    shapes = args.shapes or [(s, s, s) for s in SQUARE] + poor_wave_shapes()
-    rows = run(shapes, args.variants, record=not args.no_record, out_csv=args.csv)
+    if args.gpu is not None and spec.key != args.gpu:
+        raise SystemExit(f"asked for {args.gpu}, but this machine has {spec.name} ({spec.arch}): a {args.gpu} "
+                         f"number can only be measured on a {args.gpu}. Run without --gpu to measure this GPU.")
+    if spec.arch not in ("sm_90a", "sm_100a"):
+        raise SystemExit(f"{spec.name} is {spec.arch}: our GEMM kernels are built for sm_90a and sm_100a only")
+    available = configs(spec.arch)
+    unknown = sorted(set(args.variants or ()) - set(available))
+    if unknown:
+        raise SystemExit(f"unknown configurations {unknown} for {spec.arch}; choose from {sorted(available)}")
+    chosen = {name: available[name] for name in (args.variants or available)}
+    shapes = args.shapes or default_shapes(spec.arch)
+    rows = run(shapes, chosen, spec.key, record=not args.no_record, out_csv=args.csv)
     print("\nTFLOP/s (% of torch.matmul):")
     for (M, N, K), group in itertools.groupby(rows, key=lambda r: (r["M"], r["N"], r["K"])):
         group = list(group)

@@ -482,7 +482,7 @@ def _check_options(epilogue: str, schedule: str):
         raise ValueError(f"schedule must be one of {SCHEDULES}, got {schedule!r}")
 
 
-def _check_shape(M: int, N: int, K: int):
+def check_shape(M: int, N: int, K: int):
     for name, v in (("M", M), ("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
@@ -522,7 +522,7 @@ def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="re
     (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
     if arch != ARCH:
         raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
-    _check_shape(M, N, K)
+    check_shape(M, N, K)
     from workbook import gpus, sass
     cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                         cluster_m=cluster_m, gpu=gpus.H200)
@@ -615,7 +615,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    _check_shape(M, N, K)
+    check_shape(M, N, K)
     if out is None:
         out = torch.empty(M, N, dtype=torch.bfloat16, device=a.device)
     else:

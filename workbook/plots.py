@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import textwrap
 from typing import Any, Sequence
 
 import matplotlib.pyplot as plt
@@ -40,11 +41,17 @@ def _figure(ax, size: tuple[float, float]) -> tuple[Figure, Any]:
     return ax.figure, ax
 
 
-def _caption(ax, source: str) -> None:
-    """A small grey 'Source: ...' line under the axes (below the x label), right-aligned."""
-    ax.annotate(f"Source: {source}", xy=(1.0, 0.0), xycoords=("axes fraction", ax.xaxis.label),
-                xytext=(0, -4), textcoords="offset points", ha="right", va="top",
+def caption(ax, source: str, *, below: float = 4) -> None:
+    """A small grey 'Source: ...' line under the axes (below the x label), right-aligned, wrapped to the axes'
+    width so that a long provenance never squeezes the plot. `below`: extra points of offset."""
+    fig = ax.figure
+    width_in = fig.get_figwidth() * ax.get_position().width
+    chars = max(40, int(width_in * 72 / (0.55 * 8.3)))     # x-small is ~8.3 pt; a glyph is ~0.55 em wide
+    text = textwrap.fill(f"Source: {source}", width=chars, break_long_words=False, break_on_hyphens=False)
+    ax.annotate(text, xy=(1.0, 0.0), xycoords=("axes fraction", ax.xaxis.label),
+                xytext=(0, -below), textcoords="offset points", ha="right", va="top",
                 fontsize="x-small", color="0.4", annotation_clip=False)
+
 
 
 def _require_source(source: Any) -> str:
@@ -108,7 +115,7 @@ def latency_vs_shape(df: pd.DataFrame, x: str, y: str = "ms_median", hue: str | 
     ax.legend(title=" / ".join(hues), fontsize="small", title_fontsize="small", frameon=False)
     if title:
         ax.set_title(title)
-    _caption(ax, source)
+    caption(ax, source)
     return fig
 
 
@@ -144,7 +151,7 @@ def speedup_bars(labels: Sequence[str], speedups_pct: Sequence[float], *, geomea
     ax.set_ylim(bottom - (pad if bottom < 0 else 0), top + pad)
     ax.grid(True, axis="y", alpha=0.3)
     ax.set_title(title)
-    _caption(ax, source)
+    caption(ax, source)
     return fig
 
 
@@ -249,5 +256,5 @@ def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str |
                f"{slot_label}s busy {busy / (n_slots * makespan):.1%} of the time")
     ax.set_title(f"{title}\n{summary}" if title else summary, fontsize="medium")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
-    _caption(ax, source)
+    caption(ax, source)
     return fig
