@@ -6,7 +6,8 @@ for in *these* kernels:
 * :func:`compare_select_depth` - the longest dependency chain through the compare-select ops of the
   argmin scan. A serial scan over a 128-column tile is one chain (FSETP -> FSEL -> FSETP ...), about
   2 x 128 deep; two independent chains (ILP2) halve it. This is the claim "two independent chains" as a
-  number, computed from a def-use graph over registers and predicates, not from opcode names.
+  number, computed from a def-use graph over registers and predicates, not from opcode names. Blackwell
+  scans start after the TMEM load (`after="LDTM"`, the default); Hopper ones anywhere (`after=None`).
 * :func:`unfenced_releases` - every release of a TMEM accumulator must come after a tcgen05.wait::ld
   that covers the tcgen05.ld before it (checked in PTX program order).
 * :func:`named_barrier_syncs` / :func:`shared_stores` - the shared-memory norm buffer and its barriers,
@@ -42,20 +43,24 @@ def _registers(operand: str) -> list[str]:
     return _REGISTER.findall(operand)
 
 
-def scan_block(sass: str) -> list[Instruction]:
-    """The instructions of the epilogue's scan: the branch-free run after the TMEM load (LDTM) that holds
-    the most compare-select ops.
+def scan_block(sass: str, after: str | None = "LDTM") -> list[Instruction]:
+    """The instructions of the epilogue's scan: the branch-free run that holds the most compare-select ops,
+    looked for after the first `after` instruction (Blackwell: the TMEM load, LDTM) or anywhere (None: Hopper,
+    where the scores are already in registers when the WGMMA wait returns).
 
-    The scan of one tile is straight-line code (its 128 columns are unrolled); the code after the load is
-    cut at every branch (BRA) into runs, and the scan is the run where the compares are. In the x_resident
-    kernel warp 0's MMA issue sits between the load and the scan, behind a branch of its own.
+    The scan of one tile is straight-line code (its columns are unrolled); the code is cut at every branch
+    (BRA) into runs, and the scan is the run where the compares are. In the x_resident kernel warp 0's MMA
+    issue sits between the load and the scan, behind a branch of its own.
     """
     code = instructions(sass)
-    start = next((i for i, ins in enumerate(code) if ins.base == "LDTM"), None)
-    if start is None:
-        raise ValueError("no LDTM in this SASS: not a Blackwell k-means kernel (or it was not compiled for sm_100a)")
+    start = 0
+    if after is not None:
+        start = next((i + 1 for i, ins in enumerate(code) if ins.base == after), None)
+        if start is None:
+            raise ValueError(f"no {after} in this SASS (a Blackwell scan starts after LDTM; for Hopper SASS "
+                             f"pass after=None)")
     runs, run = [], []
-    for ins in code[start + 1:]:
+    for ins in code[start:]:
         if ins.base == "BRA":
             runs.append(run)
             run = []
@@ -65,7 +70,7 @@ def scan_block(sass: str) -> list[Instruction]:
     return max(runs, key=lambda r: sum(ins.base in COMPARE_SELECT for ins in r))
 
 
-def compare_select_depth(sass: str, ops: frozenset[str] = COMPARE_SELECT) -> int:
+def compare_select_depth(sass: str, ops: frozenset[str] = COMPARE_SELECT, after: str | None = "LDTM") -> int:
     """The longest chain of compare-select ops (`ops`) linked by def-use edges in the scan block.
 
     Walks the block in order, keeping for every register and predicate the depth of the chain that last
@@ -73,7 +78,7 @@ def compare_select_depth(sass: str, ops: frozenset[str] = COMPARE_SELECT) -> int
     """
     depth_of: dict[str, int] = {}
     longest = 0
-    for ins in scan_block(sass):
+    for ins in scan_block(sass, after):
         n_dest = _writes(ins)
         dests = [r for op in ins.operands[:n_dest] for r in _registers(op)]
         sources = [r for op in ins.operands[n_dest:] for r in _registers(op)]
@@ -86,9 +91,9 @@ def compare_select_depth(sass: str, ops: frozenset[str] = COMPARE_SELECT) -> int
     return longest
 
 
-def compare_select_count(sass: str, ops: frozenset[str] = COMPARE_SELECT) -> int:
+def compare_select_count(sass: str, ops: frozenset[str] = COMPARE_SELECT, after: str | None = "LDTM") -> int:
     """How many compare-select ops the scan block holds (the work, as opposed to the depth)."""
-    return sum(ins.base in ops for ins in scan_block(sass))
+    return sum(ins.base in ops for ins in scan_block(sass, after))
 
 
 # PTX lines that matter for the TMEM hand-back: the asynchronous load, its wait, and plain mbarrier arrives

@@ -216,8 +216,7 @@ def test_figure_draws_one_occupancy_panel_per_distinct_tiling():
 
 def test_ui_shows_a_message_not_a_traceback(capsys):
     ui = explore.build_ui(make_explorer())
-    kind, dims, (gpu, variants, go), out = ui.children[0], ui.children[1].children, ui.children[2].children, \
-        ui.children[3]
+    kind, dims, (_gpu, variants, go) = ui.children[0], ui.children[1].children, ui.children[2].children
     assert kind.value == "kmeans" and list(variants.options) == VARIANTS["kmeans"]
     dims[1].value = 100                                   # D not a multiple of 16
     go.click()

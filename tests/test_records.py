@@ -133,3 +133,31 @@ def test_refuses_bad_names(tmp_path, rng, gpu, table):
 def test_refuses_no_rows(tmp_path):
     with pytest.raises(ValueError, match="no rows"):
         records.append("h200", "t", [], root=tmp_path)
+
+
+def _run_rows(date, entries):
+    return [dict(kernel=k, variant=v, N=n, ms_median=ms, ms_min=ms * 0.9, ms_max=ms * 1.1, date=date)
+            for k, v, n, ms in entries]
+
+
+def test_last_run_is_the_newest_run_that_measured_everything_needed():
+    import pandas as pd
+    rng = random.Random()
+    a, b = rng.uniform(0.1, 1), rng.uniform(0.1, 1)
+    df = pd.DataFrame(_run_rows("2026-01-01", [("ours", "serial", 8, a), ("torch", "mm", 8, b)])
+                      + _run_rows("2026-01-02", [("ours", "serial", 8, b)]))   # newer, but no torch row
+    run = records.last_run(df, [("ours", "serial"), ("torch", "mm")])
+    assert set(run.date) == {"2026-01-01"} and len(run) == 2
+    assert records.last_run(df, [("ours", "ilp2")]).empty
+
+
+def test_versus_pairs_shapes_and_reports_the_speedup():
+    import pandas as pd
+    rng = random.Random()
+    old, new = rng.uniform(0.5, 1), rng.uniform(0.1, 0.5)
+    df = pd.DataFrame(_run_rows("d", [("ours", "serial", 8, old), ("ours", "ilp2", 8, new),
+                                      ("ours", "ilp2", 16, new)]))        # N=16 has no serial: not paired
+    table = records.versus(df, "ilp2", "serial", ["N"])
+    assert list(table["N"]) == [8]
+    assert table["speedup %"].iloc[0] == pytest.approx(100 * (old / new - 1))
+    assert records.versus(df, "norm_broadcast", "serial", ["N"]).empty

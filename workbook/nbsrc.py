@@ -48,7 +48,7 @@ def _uncomment(line: str, where: str) -> str:
 def cells(text: str, name: str = "<script>") -> list[nbformat.NotebookNode]:
     """The cells of a percent-format script, in order; text before the first marker is a code cell."""
     out: list[nbformat.NotebookNode] = []
-    kind, start, body = "code", 1, []
+    kind, body = "code", []
 
     def flush():
         source = _trim(body)
@@ -60,7 +60,7 @@ def cells(text: str, name: str = "<script>") -> list[nbformat.NotebookNode]:
         m = _MARKER.match(line)
         if m:
             flush()
-            kind, start, body = ("markdown" if m.group("markdown") else "code"), number + 1, []
+            kind, body = ("markdown" if m.group("markdown") else "code"), []
         elif kind == "markdown":
             body.append(_uncomment(line, f"{name}:{number}"))
         else:

@@ -181,3 +181,32 @@ def tables(gpu: str, *, root: Path | str | None = None) -> list[str]:
     """The tables recorded for `gpu`, by name."""
     folder = Path(root or MEASURED) / _check_name("gpu", gpu)
     return sorted(p.stem for p in folder.glob("*.csv"))
+
+
+def last_run(df: pd.DataFrame, needed: Iterable[tuple[str, str]]) -> pd.DataFrame:
+    """The rows of the most recent benchmark run (one `date`) that measured every (kernel, variant) in
+    `needed`: numbers compared from one process on the same inputs, as the method asks. Empty if none did."""
+    needed = list(needed)
+
+    def has_all(run: pd.DataFrame) -> bool:
+        return all(((run.kernel == k) & (run.variant == v)).any() for k, v in needed)
+
+    dates = [date for date, run in df.groupby("date") if has_all(run)]
+    return df[df.date == max(dates)] if dates else df.iloc[0:0]
+
+
+def versus(df: pd.DataFrame, new: str, old: str, shape: Iterable[str], kernel: str = "ours") -> pd.DataFrame:
+    """Per shape measured for both variants of `kernel`: medians, min-max ranges, and the speedup of `new`
+    over `old` in percent. Empty when either variant is missing."""
+    shape = list(shape)
+    rows = df[df.kernel == kernel].set_index(["variant", *shape])
+    variants = set(rows.index.get_level_values(0))
+    if new not in variants or old not in variants:
+        return pd.DataFrame()
+    a, b = rows.loc[new], rows.loc[old]
+    both = a.index.intersection(b.index)
+    out = pd.DataFrame({f"{old} ms": b.loc[both, "ms_median"], f"{new} ms": a.loc[both, "ms_median"],
+                        f"{old} range": b.loc[both, "ms_max"] - b.loc[both, "ms_min"],
+                        f"{new} range": a.loc[both, "ms_max"] - a.loc[both, "ms_min"]})
+    out["speedup %"] = 100 * (out[f"{old} ms"] / out[f"{new} ms"] - 1)
+    return out.sort_index().reset_index()

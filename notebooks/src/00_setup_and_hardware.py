@@ -22,9 +22,9 @@ import platform
 import matplotlib.pyplot as plt
 import pandas as pd
 import torch
-from IPython.display import HTML, display
+from IPython.display import display
 
-from workbook import gpus, records, sass
+from workbook import gpus, plots, records, sass
 
 print(gpus.describe())
 
@@ -187,9 +187,7 @@ used = [k for k in COLORS if k in kinds]
 fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=COLORS[k]) for k in used], labels=used,
            loc="outside right upper", fontsize="small", frameon=False, title="used for")
 fig.suptitle("SASS opcodes of vector_add (float32), compiled without a GPU")
-axes[1].annotate(f"Source: workbook.sass.compile_for, nvidia-cutlass-dsl {versions['cutlass_dsl']}",
-                 xy=(1.0, 0.0), xycoords=("axes fraction", axes[1].xaxis.label), xytext=(0, -4),
-                 textcoords="offset points", ha="right", va="top", fontsize="x-small", color="0.4")
+plots.caption(axes[1], f"workbook.sass.compile_for, nvidia-cutlass-dsl {versions['cutlass_dsl']}")
 plt.show()
 
 # %% [markdown]

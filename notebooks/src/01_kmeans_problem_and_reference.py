@@ -28,7 +28,7 @@ import torch
 from IPython.display import display
 
 from kmeans_kernels import reference
-from workbook import gpus, pr
+from workbook import gpus, plots, pr
 
 print(gpus.describe())
 
@@ -202,9 +202,7 @@ for mu, pct in wrong["bf16 wrong %"].items():
 right.legend(frameon=False)
 for ax in (left, right):
     ax.spines[["top", "right"]].set_visible(False)
-right.annotate(f"Source: this notebook, CPU, N={N}, D={D}, K={K}, bf16 inputs; wrong = not the float64 winner",
-               xy=(1.0, 0.0), xycoords=("axes fraction", right.xaxis.label), xytext=(0, -4),
-               textcoords="offset points", ha="right", va="top", fontsize="x-small", color="0.4")
+plots.caption(right, f"this notebook, CPU, N={N}, D={D}, K={K}, bf16 inputs; wrong = not the float64 winner")
 plt.show()
 
 # %% [markdown]
@@ -303,10 +301,8 @@ bars.legend(fontsize="small", frameon=False, loc="lower right")
 bars.grid(axis="y", which="major", color="0.9")
 for ax in (roof, bars):
     ax.spines[["top", "right"]].set_visible(False)
-bars.annotate("Source: bounds from workbook.gpus (datasheet peaks); measured ms from seed 000 "
-              "(data/pr/kmeans_pr22_nightly.csv, PR column), a B200 that is not ours",
-              xy=(1.0, 0.0), xycoords=("axes fraction", bars.xaxis.label), xytext=(0, -4),
-              textcoords="offset points", ha="right", va="top", fontsize="x-small", color="0.4")
+plots.caption(bars, "bounds from workbook.gpus (datasheet peaks); measured ms from seed 000 "
+              "(data/pr/kmeans_pr22_nightly.csv, PR column), a B200 that is not ours")
 plt.show()
 
 # %% [markdown]
