@@ -18,8 +18,6 @@ import itertools
 
 import torch
 
-from gemm_kernels import hopper
-
 REL_TOL = 1e-2
 # Each step of the story, alone: the 4-stage ring with the staged epilogue, the register epilogue at the same
 # depth, the 7-stage ring that fits once the epilogue buffer is gone (on Hopper only with a 128-wide tile:
@@ -50,6 +48,7 @@ SQUARE = (4096, 8192, 16384)
 
 def poor_wave_shapes(count: int = 3, K: int = 8192, gpu=None):
     """The (M, N, K) where the planner predicts the largest gain from balancing 128x256 tiles (>= 2 waves)."""
+    from gemm_kernels import hopper     # the kernel modules need CuTe DSL; imported only where used
     found = []
     for M, N in itertools.product(range(2048, 8193, 512), repeat=2):
         uniform = hopper.plan_for(M, N, 256, "uniform", gpu)
@@ -95,6 +94,7 @@ def measure(name: str, fn, sets, M: int, N: int, K: int, kernel: str):
 def configs(arch: str) -> dict:
     """name -> (gemm function, keyword arguments) of every configuration timed on this arch, in story order."""
     if arch == "sm_90a":
+        from gemm_kernels import hopper
         return {name: (hopper.gemm, kw) for name, kw in VARIANTS.items()}
     from gemm_kernels import blackwell
     return {c["name"]: (blackwell.gemm, c["kwargs"]) for c in blackwell.bench_configs()}
@@ -152,6 +152,8 @@ def main(argv=None):
                    help="configurations to time (default: all of this GPU's); on H200: " + "; ".join(VARIANTS))
     p.add_argument("--gpu", choices=("h200", "b200"), default=None,
                    help="the GPU the numbers are for; refuses to run on any other")
+    p.add_argument("--torch-only", action="store_true",
+                   help="time torch.matmul alone (a ceiling for any product shape; needs no CuTe DSL)")
     p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
     p.add_argument("--csv", help="also write the rows to this CSV file")
     args = p.parse_args(argv)
@@ -165,11 +167,13 @@ def main(argv=None):
                          f"number can only be measured on a {args.gpu}. Run without --gpu to measure this GPU.")
     if spec.arch not in ("sm_90a", "sm_100a"):
         raise SystemExit(f"{spec.name} is {spec.arch}: our GEMM kernels are built for sm_90a and sm_100a only")
-    available = configs(spec.arch)
+    available = {} if args.torch_only else configs(spec.arch)
     unknown = sorted(set(args.variants or ()) - set(available))
     if unknown:
         raise SystemExit(f"unknown configurations {unknown} for {spec.arch}; choose from {sorted(available)}")
     chosen = {name: available[name] for name in (args.variants or available)}
+    if args.torch_only and not args.shapes:
+        raise SystemExit("--torch-only needs --shapes")
     shapes = args.shapes or default_shapes(spec.arch)
     rows = run(shapes, chosen, spec.key, record=not args.no_record, out_csv=args.csv)
     print("\nTFLOP/s (% of torch.matmul):")

@@ -33,3 +33,10 @@ def test_refuses_a_b200_run_on_an_h200(monkeypatch):
 def test_bad_shape_text_is_named():
     with pytest.raises(SystemExit):
         bench.main(["--shapes", "4096x4096"])
+
+
+def test_torch_only_needs_shapes(monkeypatch):
+    from workbook import gpus
+    monkeypatch.setattr(gpus, "current", lambda device=None: gpus.H200)
+    with pytest.raises(SystemExit, match="--torch-only needs --shapes"):
+        bench.main(["--torch-only"])
