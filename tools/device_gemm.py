@@ -5,28 +5,11 @@
 --quick benchmarks 4096^3 only (a smoke run). Writes $OUT/pytest.txt, $OUT/bench.txt, $OUT/gemm_rows.csv
 and $OUT/gemm.csv (data/measured/h200/gemm.csv after the run's rows were appended).
 """
-import os
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = Path(os.environ.get("OUT", ROOT / "build" / "device_gemm"))
+from devrun import keep, out_dir, tee
 
-
-def tee(cmd, log, timeout_s):
-    """Run `cmd`, echoing and saving its output; kill it after `timeout_s` (a hung kernel must not eat
-    the device budget)."""
-    print("$", " ".join(cmd), flush=True)
-    with open(OUT / log, "w") as f:
-        proc = subprocess.Popen(["timeout", "-s", "KILL", str(timeout_s), *cmd], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            f.write(line)
-            f.flush()
-        return proc.wait()
+OUT = out_dir("device_gemm")
 
 
 # How much of a timed call is the host? The seeds' method synchronises after every call, so host time
@@ -49,20 +32,17 @@ for name, fn in (('torch', torch.matmul), ('ours', hopper.gemm)):
 
 
 def main():
-    OUT.mkdir(parents=True, exist_ok=True)
     args = sys.argv[1:]
     quick = "--quick" in args
     args = [a for a in args if a != "--quick"]
     rc_tests = tee([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
-                    "tests/test_gemm_hopper.py"], "pytest.txt", 240)
-    tee([sys.executable, "-c", OVERHEAD], "overhead.txt", 120)
+                    "tests/test_gemm_hopper.py"], "pytest.txt", 240, OUT)
+    tee([sys.executable, "-c", OVERHEAD], "overhead.txt", 120, OUT)
     bench = [sys.executable, "-m", "gemm_kernels.bench", "--csv", str(OUT / "gemm_rows.csv")]
     if quick:
         bench += ["--shapes", "4096x4096x4096", "--no-record"]
-    rc_bench = tee(bench + args, "bench.txt", 330)
-    csv = ROOT / "data" / "measured" / "h200" / "gemm.csv"
-    if csv.exists():
-        shutil.copy(csv, OUT / "gemm.csv")
+    rc_bench = tee(bench + args, "bench.txt", 330, OUT)
+    keep("gemm", OUT)
     print(f"tests rc={rc_tests} bench rc={rc_bench}")
     sys.exit(rc_tests or rc_bench)
 

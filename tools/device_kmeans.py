@@ -8,41 +8,22 @@ Bench arguments pass through (e.g. `--no-flashlib-autotune`, `--shapes 65536,128
 $OUT/pytest.txt, $OUT/bench.txt and $OUT/kmeans_assign.csv (data/measured/h200/kmeans_assign.csv after the
 run's rows were appended). Each step is killed at its time limit, so a hung kernel cannot eat the device budget.
 """
-import os
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = Path(os.environ.get("OUT", ROOT / "build" / "device_kmeans"))
+from devrun import keep, out_dir, tee
+
+OUT = out_dir("device_kmeans")
 QUICK = "(exact and 128) or adversarial or misaligned or c_sq or fp16"
 
 
-def tee(cmd, log, timeout_s):
-    """Run `cmd` under `timeout -s KILL`, echoing its output and saving it to $OUT/<log>; return its status."""
-    print("$", " ".join(cmd), flush=True)
-    with open(OUT / log, "w") as f:
-        proc = subprocess.Popen(["timeout", "-s", "KILL", str(timeout_s), *cmd], cwd=ROOT,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            f.write(line)
-            f.flush()
-        return proc.wait()
-
-
 def main(argv):
-    OUT.mkdir(parents=True, exist_ok=True)
     quick = "--quick" in argv
     bench_args = [a for a in argv if a != "--quick"]
     test = [sys.executable, "-m", "pytest", "-m", "gpu", "tests/test_kmeans_hopper.py", "-q", "-x",
             "-p", "no:cacheprovider", *(["-k", QUICK] if quick else [])]
-    status = tee(test, "pytest.txt", 150 if quick else 240)
-    bench_status = tee([sys.executable, "-m", "kmeans_kernels.bench", *bench_args], "bench.txt", 420)
-    csv = ROOT / "data" / "measured" / "h200" / "kmeans_assign.csv"
-    if csv.exists():
-        shutil.copy(csv, OUT / "kmeans_assign.csv")
+    status = tee(test, "pytest.txt", 150 if quick else 240, OUT)
+    bench_status = tee([sys.executable, "-m", "kmeans_kernels.bench", *bench_args], "bench.txt", 420, OUT)
+    keep("kmeans_assign", OUT)
     print(f"tests exit {status}, bench exit {bench_status}; files in {OUT}")
     return status or bench_status
 
