@@ -119,18 +119,18 @@ def index_html(entries: list[Entry], provenance: str) -> str:
         ran = "committed outputs" if e.seconds is None else f"{e.seconds:.0f} s"
         status = ('<td class="ok">ok</td>' if e.error is None else
                   f'<td class="fail" title="{html.escape(e.error)}">failed</td>')
-        rows.append(f'<tr><td><a href="{e.stem}.html">{html.escape(e.stem)}</a></td>'
-                    f'<td>{html.escape(e.title)}</td>{status}<td>{ran}</td>'
+        rows.append(f'<tr><td class="nb"><a href="{e.stem}.html">{html.escape(e.title)}</a><br>'
+                    f'<code>{html.escape(e.stem)}.ipynb</code></td>{status}<td>{ran}</td>'
                     f'<td class="figs">{thumbs}</td></tr>')
     n_fig = sum(len(e.figures) for e in entries)
     return ("<!doctype html><html lang='en'><head><meta charset='utf-8'><title>Kernel workbook report</title>"
             "<style>body{font-family:sans-serif;margin:2em;max-width:80em}td,th{padding:.4em;vertical-align:top;"
-            "text-align:left}img{margin:2px;border:1px solid #ccc}.ok{color:#1a7f37}.fail{color:#cf222e;"
+            "text-align:left}td.nb{width:18em}td.nb code{font-size:80%;color:#555}img{margin:2px;border:1px solid #ccc}.ok{color:#1a7f37}.fail{color:#cf222e;"
             "font-weight:bold}</style></head><body>"
             "<h1>Kernel workbook: executed notebooks</h1>"
             f"<p>{len(entries)} notebooks, {n_fig} figures. Built {time.strftime('%Y-%m-%d %H:%M:%S')} "
             f"by <code>python -m workbook.report</code>. {html.escape(provenance)}</p>"
-            "<table><tr><th>notebook</th><th>title</th><th>status</th><th>ran</th><th>figures</th></tr>"
+            "<table><tr><th>notebook</th><th>status</th><th>ran</th><th>figures</th></tr>"
             + "".join(rows) + "</table></body></html>")
 
 
