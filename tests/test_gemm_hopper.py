@@ -78,6 +78,23 @@ def test_balanced_plan_compiles_both_tile_widths():
     assert count(hist, "LDL") == 0 and count(hist, "STL") == 0
 
 
+@pytest.mark.parametrize("schedule", [
+    "uniform",
+    pytest.param("balanced", marks=pytest.mark.xfail(strict=True, reason=(
+        "known defect (notes/gemm-vs-cutlass.md): the tile-width branch inside the K loop makes ptxas close an "
+        "empty 64x8 WGMMA group after the join, so wait_group(1) waits on the k-block just issued; the untested "
+        "fix is notes/patches/gemm-hoist-width-branch.patch"))),
+])
+def test_mainloop_has_only_tile_wgmmas(schedule):
+    """Every HGMMA is a real 64 x tile-width MMA: a compiler-made dummy group would serialise the K loop."""
+    plan = hopper.plan_for(8192, 8192, 256, schedule, gpus.H200)
+    widths = {256} | ({plan.narrow} if plan.narrow else set())
+    hist = opcodes(compiled(8192, 8192, 8192, tile=(128, 256, 64), epilogue="register", schedule=schedule,
+                            cluster_m=1))
+    shapes = {op.split(".")[1] for op in hist if op.startswith("HGMMA.")}
+    assert shapes == {f"64x{w}x16" for w in widths}, hist
+
+
 # ------------------------------------------------------------------------------------------- CPU: rules
 
 def test_default_stage_counts_come_from_the_smem_arithmetic():
