@@ -161,3 +161,9 @@ def test_versus_pairs_shapes_and_reports_the_speedup():
     assert list(table["N"]) == [8]
     assert table["speedup %"].iloc[0] == pytest.approx(100 * (old / new - 1))
     assert records.versus(df, "norm_broadcast", "serial", ["N"]).empty
+
+
+def test_a_commit_that_looks_like_a_number_reads_back_as_text(tmp_path, rng, monkeypatch):
+    monkeypatch.setattr(records, "_commit", lambda: "87493e1")
+    records.append("h200", "kmeans_assign", kmeans_rows(rng, 2), root=tmp_path)
+    assert records.read("h200", "kmeans_assign", root=tmp_path)["commit"].tolist() == ["87493e1", "87493e1"]

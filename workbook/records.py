@@ -174,7 +174,8 @@ def read(gpu: str, table: str, *, root: Path | str | None = None) -> pd.DataFram
     target = path(gpu, table, root=root)
     if not target.exists():
         return pd.DataFrame(columns=[*IDENTITY, *RESULTS, *PROVENANCE])
-    return pd.read_csv(target)
+    # text stays text: a commit like "87493e1" would otherwise be parsed as the number 874930.0
+    return pd.read_csv(target, dtype={c: str for c in (*IDENTITY, *PROVENANCE) if c != "sm_count"})
 
 
 def tables(gpu: str, *, root: Path | str | None = None) -> list[str]:
