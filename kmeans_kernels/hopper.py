@@ -6,11 +6,16 @@ One CTA owns ``BLOCK_M = 128`` points and streams every centroid past them:
   memory), then streams centroid tiles ``c[128, 64]`` (128 centroids x one 64-wide slice of D, one
   128-byte swizzle atom) through a ring of ``stages`` shared-memory buffers guarded by mbarriers;
 * two **consumer warpgroups** each own 64 of the points. For every centroid tile they run WGMMA
-  ``64 x 128 x D`` into fp32 register accumulators and fold the 64 x 128 dot products into a running
-  (score, index) winner per row with one of the strategies of :mod:`kmeans_kernels.reduce`. Each consumer
-  keeps two accumulators and issues the WGMMAs of tile t+1 before it folds tile t, so the argmin runs
-  while the tensor cores work; ring slots go back to the producer as soon as their WGMMAs retire.
+  ``64 x 128 x D`` into one fp32 register accumulator, give the ring slots back as soon as the WGMMAs
+  retire (so the producer refills them during the argmin), and fold the 64 x 128 dot products into a
+  running (score, index) winner per row with one of the strategies of :mod:`kmeans_kernels.reduce`.
   Nothing of size N x K is ever written: the kernel stores 4 bytes per point.
+
+**Two CTAs per SM.** The argmin of a tile and the WGMMAs of the next overlap *across* CTAs: the kernel is
+small enough (288 threads, at most 112 registers, about 112 KiB of shared memory up to D = 256) that two
+CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. An earlier version
+kept two accumulators per consumer to overlap inside one CTA; at 232 registers per thread it fit one CTA per
+SM, and on the H200 it was no faster than one accumulator (notes/perf-log.md, k-means step 4).
 
 Scores are ``0.5 * c_sq[k] - dot`` in fp32, the reference's expression (the 0.5 multiply is exact), so
 on inputs whose dot products are exact the answer equals ``kmeans_kernels.reference.assign`` bit for bit.
@@ -41,19 +46,22 @@ import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 
 from kmeans_kernels import reduce
-from workbook import sass
+from workbook import launch, sass
 
 VARIANTS = ("serial", "ilp2", "norm_broadcast")
 BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup)
 BLOCK_N = 128          # centroids per tile: the WGMMA N
 BLOCK_D = 64           # D per ring slot: one 128-byte swizzle atom of 16-bit elements
 MAX_STAGES = 8
-SMEM_BYTES = 232448    # sm_90 opt-in shared memory per block (227 KiB)
+SM_SMEM_BYTES = 233472  # shared memory of one sm_90 SM (228 KiB) ...
+CTA_SMEM_RESERVED = 1024  # ... of which the hardware reserves 1 KiB per resident CTA
+BLOCK_SMEM_MAX = 232448  # the most one CTA may opt in to (227 KiB)
+MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring this deep
 D_MULTIPLE = 16        # the WGMMA K of 16-bit operands
 D_MAX = 512            # x[128, 512] bf16 is 128 KiB resident; beyond that too few ring slots remain
-THREADS = 384          # producer warpgroup + two consumer warpgroups
-PRODUCER_REGS = 40     # setmaxnreg: the producer needs few registers, the consumers get the rest
-CONSUMER_REGS = 232
+CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
+PRODUCER_WARP = 8      # warp 8 issues every TMA
+THREADS = 32 * (CONSUMER_WARPS + 1)
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _SCAN_OF = {"serial": "serial", "ilp2": "ilp2", "norm_broadcast": "ilp2"}
@@ -65,12 +73,24 @@ def auto_variant(N: int, D: int, K: int) -> str:
     return "norm_broadcast"
 
 
+def ctas_per_sm(D: int) -> int:
+    """2 while half an SM's shared memory holds the point tile and a MIN_STAGES_TWO_CTAS-deep ring (D <= 256
+    for 16-bit inputs), else 1."""
+    return 2 if _ring_slots(D, 2) >= MIN_STAGES_TWO_CTAS else 1
+
+
 def stages_for(D: int) -> int:
-    """Ring depth: what shared memory holds after the resident point tile, at most MAX_STAGES."""
-    d_pad = _d_padded(D)
-    x_bytes = BLOCK_M * d_pad * 2
+    """Ring depth: what this CTA's share of shared memory holds after the resident point tile, at most
+    MAX_STAGES."""
+    return min(MAX_STAGES, _ring_slots(D, ctas_per_sm(D)))
+
+
+def _ring_slots(D: int, ctas: int) -> int:
+    budget = min(BLOCK_SMEM_MAX, SM_SMEM_BYTES // ctas - CTA_SMEM_RESERVED)
+    x_bytes = BLOCK_M * _d_padded(D) * 2
     slot_bytes = BLOCK_N * BLOCK_D * 2
-    return min(MAX_STAGES, (SMEM_BYTES - x_bytes - 1024) // slot_bytes)
+    barrier_bytes = 1024           # mbarriers, padded by the 1024-byte alignment of the tiles
+    return (budget - x_bytes - barrier_bytes) // slot_bytes
 
 
 def _d_padded(D: int) -> int:
@@ -87,16 +107,6 @@ def _row_col_layout():
 def _flat_index(row: int, col: int) -> int:
     """Register index of (row, j) in the _row_col_layout view."""
     return (col % 2) + 2 * row + 4 * (col // 2)
-
-
-def _simulate_issue(held: int, groups: int, stages: int) -> tuple[int, int]:
-    """The slot bookkeeping of HopperAssign._issue: (held after issuing `groups`, groups retired meanwhile)."""
-    retired = 0
-    for _ in range(groups):
-        while held >= stages:
-            held, retired = held - 1, retired + 1
-        held += 1
-    return held, retired
 
 
 def check_shape(D: int, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -127,12 +137,8 @@ class HopperAssign:
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
         self.stages = stages_for(D)
+        self.ctas_per_sm = ctas_per_sm(D)
         self.dtype = dtype
-        # slots held after issuing a tile, in steady state, and how many of the previous tile's remain then
-        self.steady_held, _ = _simulate_issue(0, self.d_blocks, self.stages)
-        held, retired = _simulate_issue(self.steady_held, self.d_blocks, self.stages)
-        self.current_left = self.steady_held - min(retired, self.steady_held)
-        assert held - self.current_left == self.steady_held
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, c_sq_ptr: cute.Pointer, out_ptr: cute.Pointer,
@@ -168,7 +174,10 @@ class HopperAssign:
         self.shared_storage = SharedStorage
         grid = (cute.ceil_div(x.shape[0], BLOCK_M), 1, 1)
         self.kernel(tma_x, tma_x_tensor, tma_c, tma_c_tensor, c_sq, out, tiled_mma, x_smem, c_smem).launch(
-            grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream)
+            grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
+            # the register cap that lets ctas_per_sm CTAs share an SM; the carveout asks for all the shared
+            # memory up front (and lets the kernel compile on a machine without a GPU)
+            min_blocks_per_mp=self.ctas_per_sm, preferred_smem_carveout=100)
 
     @cute.kernel
     def kernel(self, tma_x: cute.CopyAtom, mx: cute.Tensor, tma_c: cute.CopyAtom, mc: cute.Tensor,
@@ -180,15 +189,14 @@ class HopperAssign:
         tidx, _, _ = cute.arch.thread_idx()
         block, _, _ = cute.arch.block_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
-        warpgroup = warp // 4
 
-        if warp == 0:
+        if warp == PRODUCER_WARP:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_x)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
 
         storage = cutlass.memory.SmemAllocator().allocate(self.shared_storage)
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, 8)   # one arrive per consumer warp
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_WARPS)   # one arrive per warp
         x_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.x_full.data_ptr(), num_stages=1, producer_group=producer,
             consumer_group=consumers, tx_count=cute.size_in_bytes(self.dtype, cute.slice_(x_smem, (None, None, 0))),
@@ -210,30 +218,26 @@ class HopperAssign:
             tma_c, 0, cute.make_layout(1), cute.group_modes(sc, 0, 2), cute.group_modes(gc, 0, 2))
         pipeline.pipeline_init_wait(cluster_shape_mn=(1, 1))
 
-        if warpgroup == 0:
+        if warp == PRODUCER_WARP:
             # ---------------- producer: one warp issues every TMA ----------------
-            cute.arch.setmaxregister_decrease(PRODUCER_REGS)
-            if warp == 0:
-                x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-                x_pipe.producer_acquire(x_state)
-                cute.copy(tma_x, tma_gx[(None, block)], tma_sx[(None, 0)],
-                          tma_bar_ptr=x_pipe.producer_get_barrier(x_state))
-                x_pipe.producer_commit(x_state)
-                slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-                for tile in cutlass.range(num_tiles, unroll=1):
-                    for db in cutlass.range_constexpr(self.d_blocks):
-                        ring.producer_acquire(slot)
-                        cute.copy(tma_c, tma_gc[(None, tile, db)], tma_sc[(None, slot.index)],
-                                  tma_bar_ptr=ring.producer_get_barrier(slot))
-                        ring.producer_commit(slot)
-                        slot.advance()
-                ring.producer_tail(slot)
+            x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+            x_pipe.producer_acquire(x_state)
+            cute.copy(tma_x, tma_gx[(None, block)], tma_sx[(None, 0)],
+                      tma_bar_ptr=x_pipe.producer_get_barrier(x_state))
+            x_pipe.producer_commit(x_state)
+            slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+            for tile in cutlass.range(num_tiles, unroll=1):
+                for db in cutlass.range_constexpr(self.d_blocks):
+                    ring.producer_acquire(slot)
+                    cute.copy(tma_c, tma_gc[(None, tile, db)], tma_sc[(None, slot.index)],
+                              tma_bar_ptr=ring.producer_get_barrier(slot))
+                    ring.producer_commit(slot)
+                    slot.advance()
+            ring.producer_tail(slot)
         else:
-            # ---------------- consumers: WGMMA, then the argmin of the tile ----------------
-            cute.arch.setmaxregister_increase(CONSUMER_REGS)
-            ctid = tidx - 128
+            # ---------------- consumers (warps 0-7): WGMMA, then the argmin of the tile ----------------
             lane = tidx % 32
-            thr_mma = tiled_mma.get_slice(ctid)
+            thr_mma = tiled_mma.get_slice(tidx)
             frag_x = tiled_mma.make_fragment_A(thr_mma.partition_A(sx))   # (MMA, 1, d_pad/16, 1)
             frag_c = tiled_mma.make_fragment_B(thr_mma.partition_B(sc))   # (MMA, 1, 4, stages)
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, BLOCK_N)))
@@ -242,26 +246,17 @@ class HopperAssign:
             x_pipe.consumer_wait(x_state)
             ctx = _ConsumerState(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
                                  lane=lane, best_score=best_score, best_index=best_index)
-            # Two accumulators: while the tensor cores compute tile t+1 into one, the argmin reads tile t
-            # from the other. The tile loop is unrolled by two so that each accumulator is a fixed set of
-            # registers; `held` (ring slots whose WGMMAs are not yet known to be done) is static per step.
-            acc0 = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
-            acc1 = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             # The ring positions and the MMA atom (its ACCUMULATE flag is state) are rebound at every step,
             # so that the DSL carries them through the loop.
+            mma = tiled_mma
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            mma, read, release, held = self._issue(ctx, tiled_mma, acc0, read, release, 0)
-            assert held == self.steady_held
-            for pair in cutlass.range((num_tiles - 1) // 2, unroll=1):
-                tile = 2 * pair
-                mma, read, release = self._advance(ctx, mma, acc1, acc0, tile, read, release)
-                mma, read, release = self._advance(ctx, mma, acc0, acc1, tile + 1, read, release)
-            if num_tiles % 2 == 0:
-                mma, read, release = self._advance(ctx, mma, acc1, acc0, num_tiles - 2, read, release)
-                self._finish(ctx, acc1, num_tiles - 1, release)
-            else:
-                self._finish(ctx, acc0, num_tiles - 1, release)
+            for tile in cutlass.range(num_tiles, unroll=1):
+                mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
+                # every slot back to the producer before the argmin, so it refills them while we fold
+                release, held = self._retire(ctx, release, held, held)
+                self._argmin(ctx, acc, tile)
 
             reduce.merge_chains(best_score, best_index)
             reduce.merge_lanes(best_score, best_index, 4)
@@ -302,20 +297,6 @@ class HopperAssign:
             k.ring.consumer_release(release)
             release.advance()
         return release, held - count
-
-    def _advance(self, k, mma, acc_next, acc_cur, tile, read, release):
-        """Issue tile+1 into acc_next, then finish tile in acc_cur while tile+1 runs on the tensor cores."""
-        mma, read, release, held = self._issue(k, mma, acc_next, read, release, self.steady_held)
-        # what is still held of the current tile is older than all of tile+1's groups
-        release, held = self._retire(k, release, held, self.current_left)
-        assert held == self.steady_held
-        self._argmin(k, acc_cur, tile)
-        return mma, read, release
-
-    def _finish(self, k, acc, tile, release):
-        """The last tile: wait for everything, release every held slot, fold it."""
-        self._retire(k, release, self.steady_held, self.steady_held)
-        self._argmin(k, acc, tile)
 
     def _argmin(self, k, acc, tile):
         """Fold the 64 x BLOCK_N dot products of one tile into the running winners of this thread's rows."""
@@ -384,9 +365,10 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled_for_gpu(variant: str, D: int, dtype: torch.dtype):
+def _launches(variant: str, D: int, dtype: torch.dtype) -> launch.LaunchCache:
+    """The compiled kernel for (variant, D, dtype), compiled on first use, behind its launch cache."""
     kernel = HopperAssign(variant, D, _cutlass_dtype(dtype))
-    return cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a")
+    return launch.LaunchCache(cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a"))
 
 
 def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
@@ -394,12 +376,17 @@ def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out:
     check_variant(variant)
     D = x.shape[1]
     check_shape(D, x.dtype)
-    for name, t in (("x", x), ("c", c)):
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name} must start on a 16-byte boundary for TMA; its address is {t.data_ptr():#x}")
-    kernel = _compiled_for_gpu(variant, D, x.dtype)
-    stream = cuda.CUstream(torch.cuda.current_stream(x.device).cuda_stream)
-    el = _cutlass_dtype(x.dtype)
-    kernel(_pointer(el, x.data_ptr(), 16), _pointer(el, c.data_ptr(), 16),
-           _pointer(cutlass.Float32, c_sq.data_ptr(), 4), _pointer(cutlass.Int32, out.data_ptr(), 4),
-           x.shape[0], c.shape[0], stream)
+    x_addr, c_addr = x.data_ptr(), c.data_ptr()
+    for name, addr in (("x", x_addr), ("c", c_addr)):
+        if addr % 16:
+            raise ValueError(f"{name} must start on a 16-byte boundary for TMA; its address is {addr:#x}")
+    c_sq_addr, out_addr = c_sq.data_ptr(), out.data_ptr()
+    N, K = x.shape[0], c.shape[0]
+    stream = launch.stream_handle(x.device)
+
+    def args():
+        el = _cutlass_dtype(x.dtype)
+        return (_pointer(el, x_addr, 16), _pointer(el, c_addr, 16), _pointer(cutlass.Float32, c_sq_addr, 4),
+                _pointer(cutlass.Int32, out_addr, 4), cutlass.Int32(N), cutlass.Int32(K), cuda.CUstream(stream))
+
+    _launches(variant, D, x.dtype)((x_addr, c_addr, c_sq_addr, out_addr, N, K, stream), args)

@@ -78,13 +78,7 @@ def test_balanced_plan_compiles_both_tile_widths():
     assert count(hist, "LDL") == 0 and count(hist, "STL") == 0
 
 
-@pytest.mark.parametrize("schedule", [
-    "uniform",
-    pytest.param("balanced", marks=pytest.mark.xfail(strict=True, reason=(
-        "known defect (notes/gemm-vs-cutlass.md): the tile-width branch inside the K loop makes ptxas close an "
-        "empty 64x8 WGMMA group after the join, so wait_group(1) waits on the k-block just issued; the untested "
-        "fix is notes/patches/gemm-hoist-width-branch.patch"))),
-])
+@pytest.mark.parametrize("schedule", ["uniform", "balanced"])
 def test_mainloop_has_only_tile_wgmmas(schedule):
     """Every HGMMA is a real 64 x tile-width MMA: a compiler-made dummy group would serialise the K loop."""
     plan = hopper.plan_for(8192, 8192, 256, schedule, gpus.H200)

@@ -83,10 +83,26 @@ def test_unknown_variant_and_dtype_are_named():
 
 def test_ring_fits_shared_memory():
     for D in range(16, hopper.D_MAX + 1, 16):
-        stages = hopper.stages_for(D)
+        stages, ctas = hopper.stages_for(D), hopper.ctas_per_sm(D)
         d_pad = -(-D // hopper.BLOCK_D) * hopper.BLOCK_D
-        used = hopper.BLOCK_M * d_pad * 2 + stages * hopper.BLOCK_N * hopper.BLOCK_D * 2
-        assert 2 <= stages <= hopper.MAX_STAGES and used <= hopper.SMEM_BYTES, (D, stages, used)
+        used = hopper.BLOCK_M * d_pad * 2 + stages * hopper.BLOCK_N * hopper.BLOCK_D * 2 + 1024
+        assert 2 <= stages <= hopper.MAX_STAGES and used <= hopper.BLOCK_SMEM_MAX, (D, stages, used)
+        assert ctas * (used + hopper.CTA_SMEM_RESERVED) <= hopper.SM_SMEM_BYTES, (D, ctas, used)
+    assert [hopper.ctas_per_sm(D) for D in (64, 128, 256, 512)] == [2, 2, 2, 1]
+
+
+@pytest.mark.parametrize("D", [64, 128, 256, 512])
+def test_compiled_kernel_fits_its_ctas_per_sm(D):
+    """Two CTAs share an SM up to D = 256: the compiled kernel's registers and shared memory must allow it."""
+    kernel = hopper.HopperAssign("norm_broadcast", D, hopper._cutlass_dtype(torch.bfloat16))
+    art = sass.compile_for(kernel, *hopper._placeholder_args(torch.bfloat16), arch="sm_90a")
+    ctas = hopper.ctas_per_sm(D)
+    regs, = sass.registers(art.cubin).values()
+    warps = hopper.THREADS // 32
+    assert ctas * warps * (-(-regs * 32 // 256) * 256) <= 65536, (D, regs, ctas)
+    smem = kernel.shared_storage.size_in_bytes()
+    assert ctas * (smem + hopper.CTA_SMEM_RESERVED) <= hopper.SM_SMEM_BYTES, (D, smem, ctas)
+    assert "LDL" not in art.sass and "STL" not in art.sass       # the register cap costs no spills
 
 
 def test_auto_variant_is_a_variant():

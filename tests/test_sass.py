@@ -48,6 +48,18 @@ def test_vector_add_compiles_to_loads_adds_and_stores(arch, fake):
     assert sum(hist.values()) == len(_instruction_lines(art.sass))
 
 
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
+def test_registers_names_the_kernel_and_covers_every_register_it_uses(arch):
+    art = compiled(arch)
+    (name, count), = sass.registers(art.cubin).items()
+    assert "vector_add" in name and name in art.sass
+    used = {int(r) for r in re.findall(r"\bR(\d+)\b", art.sass)}
+    # the allocation covers the highest register the code names (plus ABI-reserved ones), and is small here
+    assert max(used) < count <= 32, (count, sorted(used))
+    with pytest.raises(ValueError, match="ELF"):
+        sass.registers(b"not a cubin")
+
+
 def test_static_length_is_baked_into_the_bounds_check():
     """from_dlpack gives a static shape: the `i < n` test compares against a constant (n - 1 or n)."""
     ins = [i for i in sass.instructions(compiled("sm_90a").sass) if i.base == "ISETP"]

@@ -118,6 +118,46 @@ def disassemble(cubin: bytes) -> str:
     return run.stdout
 
 
+_EIATTR_REGCOUNT = 0x2F     # .nv.info attribute: registers per thread of one function
+_EIFMT_SVAL = 0x04           # attribute format: a u16 size, then that many bytes
+
+
+def registers(cubin: bytes) -> dict[str, int]:
+    """Registers per thread that ptxas allocated to each kernel of a cubin: {kernel name: count}.
+
+    Read from the ELF's `.nv.info` section (attribute EIATTR_REGCOUNT: symbol index, count), the number
+    `cuobjdump -res-usage` prints. With T threads per CTA, registers * T (rounded per warp to 256) must fit
+    the SM's 64 Ki registers once per resident CTA: that is what bounds occupancy in most tensor-core kernels.
+    """
+    import struct
+    data = bytes(cubin)
+    if data[:4] != b"\x7fELF" or data[4] != 2:
+        raise ValueError("cubin is not a 64-bit ELF image")
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    # (name, type, flags, addr, offset, size, link, info, align, entsize)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+
+    def string(table: int, offset: int) -> str:
+        start = sections[table][4] + offset
+        return data[start:data.index(b"\0", start)].decode()
+
+    symbols, counts = [], {}
+    for sec in sections:
+        if sec[1] == 2:                                   # SHT_SYMTAB: 24-byte entries, names in sh_link
+            symbols = [string(sec[6], struct.unpack_from("<I", data, sec[4] + i)[0])
+                       for i in range(0, sec[5], 24)]
+        elif string(shstrndx, sec[0]) == ".nv.info":
+            pos, end = sec[4], sec[4] + sec[5]
+            while pos + 4 <= end:
+                fmt, attr, size = data[pos], data[pos + 1], struct.unpack_from("<H", data, pos + 2)[0]
+                if fmt == _EIFMT_SVAL and attr == _EIATTR_REGCOUNT:
+                    symbol, count = struct.unpack_from("<II", data, pos + 4)
+                    counts[symbol] = count
+                pos += 4 + (size if fmt == _EIFMT_SVAL else 0)   # other formats carry a 2-byte value in place
+    return {symbols[i] if i < len(symbols) else f"symbol {i}": n for i, n in counts.items()}
+
+
 @dataclass(frozen=True)
 class Instruction:
     """One SASS instruction.
