@@ -44,7 +44,7 @@ def main():
     c_sq = reference.centroid_norms(c)
     out = torch.empty(65536, dtype=torch.int32, device="cuda")
     assign = lambda: kmeans_kernels.assign(x, c, variant="norm_broadcast", c_sq=c_sq, out=out)
-    kernel = kh._compiled_for_gpu("norm_broadcast", 128, torch.bfloat16)
+    kernel = kh._launches("norm_broadcast", 128, torch.bfloat16).compiled
     import cuda.bindings.driver as cuda
     import cutlass
     el = kh._cutlass_dtype(torch.bfloat16)
