@@ -5,8 +5,10 @@
     python -m gemm_kernels.bench --shapes 4096x4096x4096 --no-record
 
 Method (DESIGN.md): three independently seeded input sets rotated between calls, 10 warm-up calls, the
-median of 30 CUDA-event-timed calls (`workbook.timing.bench`); every input set is checked against an fp32
-reference first (`match_rate` = the fraction of sets within the bf16 band, ||c - ref|| / ||ref|| < 1e-2).
+median of 30 CUDA-event-timed calls, taken in three interleaved rounds with torch.matmul and every
+configuration rotating through them (`workbook.timing.bench_interleaved`: the GPU's clock drifts as it
+heats, and one-after-the-other timing hands that drift to whoever runs last); every input set is checked
+against an fp32 reference first (`match_rate` = the fraction of sets within the bf16 band, ||c - ref|| / ||ref|| < 1e-2).
 Rows go to data/measured/<gpu>/gemm.csv (`workbook.records`): kernel "ours" or "torch", variant = the
 configuration, M, N, K, TFLOP/s = 2MNK / median time. On a B200 the configurations are
 `gemm_kernels.blackwell.bench_configs()` (4-stage staged, 7-stage register, 7-stage register balanced).
@@ -82,13 +84,18 @@ def rel_error(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
     return ((c.float() - ref).norm() / ref.norm()).item()
 
 
-def measure(name: str, fn, sets, M: int, N: int, K: int, kernel: str):
+def measure(contenders: dict, sets, M: int, N: int, K: int) -> list[dict]:
+    """Rows for {(kernel, name): fn}, timed together in interleaved rounds (workbook.timing.bench_interleaved)."""
     from workbook import timing
-    errors = [rel_error(fn(a, b), a, b) for a, b in sets]
-    t = timing.bench(fn, sets, warmup=10, iters=30)
-    return dict(kernel=kernel, variant=name, M=M, N=N, K=K, ms_median=t.ms_median, ms_min=t.ms_min,
-                ms_max=t.ms_max, tflops=t.tflops(2.0 * M * N * K),
-                match_rate=sum(e < REL_TOL for e in errors) / len(errors), max_rel_err=max(errors))
+    errors = {key: [rel_error(fn(a, b), a, b) for a, b in sets] for key, fn in contenders.items()}
+    timings = timing.bench_interleaved(contenders, sets, warmup=10, iters=30)
+    rows = []
+    for (kernel, name), t in timings.items():
+        errs = errors[kernel, name]
+        rows.append(dict(kernel=kernel, variant=name, M=M, N=N, K=K, ms_median=t.ms_median, ms_min=t.ms_min,
+                         ms_max=t.ms_max, tflops=t.tflops(2.0 * M * N * K),
+                         match_rate=sum(e < REL_TOL for e in errs) / len(errs), max_rel_err=max(errs)))
+    return rows
 
 
 def configs(arch: str) -> dict:
@@ -111,11 +118,12 @@ def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None):
     rows = []
     for M, N, K in shapes:
         sets = input_sets(M, N, K)
-        rows.append(measure("torch.matmul", torch.matmul, sets, M, N, K, "torch"))
-        print(_line(rows[-1], rows[-1]["tflops"]), flush=True)
+        contenders = {("torch", "torch.matmul"): torch.matmul}
         for name, (fn, kw) in chosen.items():
-            rows.append(measure(name, lambda a, b, fn=fn, kw=kw: fn(a, b, **kw), sets, M, N, K, "ours"))
-            print(_line(rows[-1], _torch(rows, M, N, K)), flush=True)
+            contenders["ours", name] = lambda a, b, fn=fn, kw=kw: fn(a, b, **kw)
+        rows += measure(contenders, sets, M, N, K)
+        for r in rows[-len(contenders):]:
+            print(_line(r, _torch(rows, M, N, K)), flush=True)
         del sets
         torch.cuda.empty_cache()
     if record:

@@ -128,3 +128,45 @@ def test_cuda_events_on_gpu():
     assert 0 < t.ms_min <= t.ms_median <= t.ms_max
     with pytest.raises(ValueError, match="clock"):
         timing.bench(lambda a: a, sets, clock=time.perf_counter)
+
+
+class DriftingGpu:
+    """Every call takes 1 ms more fake time than the one before: a chip that slows down as it works."""
+
+    def __init__(self):
+        self.now = 0.0
+        self.calls = 0
+        self.order = []
+
+    def clock(self) -> float:
+        return self.now
+
+    def contender(self, name):
+        def call(*args):
+            self.order.append(name)
+            self.calls += 1
+            self.now += self.calls * 1e-3
+        return call
+
+
+def test_interleaved_rounds_share_the_drift_between_identical_contenders():
+    gpu = DriftingGpu()
+    names = ["first", "second", "third"]
+    got = timing.bench_interleaved({n: gpu.contender(n) for n in names}, [(0,)], rounds=3, warmup=2, iters=9,
+                                   clock=gpu.clock)
+    assert all(len(t.samples) == 9 for t in got.values())
+    assert gpu.calls == 3 * 3 * (2 + 3)
+    # the order rotates: each name leads one round
+    leads = [gpu.order[i * 15] for i in range(3)]
+    assert leads == names
+    spread = max(t.ms_median for t in got.values()) / min(t.ms_median for t in got.values())
+    # the same three timed one after the other on a fresh chip: the last reads ~4x the first
+    gpu = DriftingGpu()
+    sequential = [timing.bench(gpu.contender(n), [(0,)], warmup=2, iters=9, clock=gpu.clock).ms_median for n in names]
+    assert sequential == sorted(sequential) and sequential[-1] / sequential[0] > 3
+    assert spread < sequential[-1] / sequential[0] / 2, (spread, sequential)
+
+
+def test_interleaved_needs_at_least_one_call_per_round():
+    with pytest.raises(ValueError, match="iters"):
+        timing.bench_interleaved({"a": lambda *a: None}, [()], rounds=4, iters=3)

@@ -26,7 +26,7 @@ import math
 import statistics
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -112,6 +112,32 @@ def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: i
 
     return Timing(ms_min=min(samples), ms_median=statistics.median(samples), ms_max=max(samples),
                   samples=tuple(samples), clock=CUDA_EVENTS if on_gpu else PERF_COUNTER)
+
+
+def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequence[Sequence[Any]], rounds: int = 3,
+                      warmup: int = 10, iters: int = 30, *, clock: Callable[[], float] | None = None
+                      ) -> dict[str, Timing]:
+    """`bench` for several contenders at once, in `rounds` interleaved blocks: {name: Timing of `iters` calls}.
+
+    A GPU's clock drifts while it works (power and temperature limits): timed one after the other, whoever
+    comes first runs on the coolest chip. On the H200 the *same* kernel timed twice in a row, 40 calls of
+    ~4 ms apart, read 3.68 and 4.15 ms (data/measured/h200/kmeans_assign.csv, the rows of commit c3fd2f6). Here every
+    contender gets `iters / rounds` timed calls per round, each block after its own `warmup` calls, and the
+    order rotates from round to round, so the drift is shared out instead of handed to the last in line.
+    """
+    _check_count("rounds", rounds, 1)
+    _check_count("iters", iters, rounds)
+    names = list(fns)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    clocks: dict[str, str] = {}
+    for r in range(rounds):
+        block = iters // rounds + (1 if r < iters % rounds else 0)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            t = bench(fns[name], input_sets, warmup=warmup, iters=block, clock=clock)
+            samples[name].extend(t.samples)
+            clocks[name] = t.clock
+    return {name: Timing(ms_min=min(v), ms_median=statistics.median(v), ms_max=max(v), samples=tuple(v),
+                         clock=clocks[name]) for name, v in samples.items()}
 
 
 def geomean(values: Iterable[float]) -> float:
