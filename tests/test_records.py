@@ -167,3 +167,11 @@ def test_a_commit_that_looks_like_a_number_reads_back_as_text(tmp_path, rng, mon
     monkeypatch.setattr(records, "_commit", lambda: "87493e1")
     records.append("h200", "kmeans_assign", kmeans_rows(rng, 2), root=tmp_path)
     assert records.read("h200", "kmeans_assign", root=tmp_path)["commit"].tolist() == ["87493e1", "87493e1"]
+
+
+def test_workbook_commit_overrides_what_git_says(monkeypatch):
+    """A tree copied to a GPU machine may hold a stale .git: the commit the caller names is the one recorded."""
+    monkeypatch.setenv("WORKBOOK_COMMIT", "abc1234")
+    assert records._commit() == "abc1234"
+    monkeypatch.delenv("WORKBOOK_COMMIT")
+    assert records._commit() != "abc1234"

@@ -58,10 +58,14 @@ def _driver() -> str:
 
 
 def _commit() -> str:
+    # The caller's word wins: a copy of the tree sent to a lent GPU machine may carry no .git, or a stale one
+    # (there it once read f664284-dirty for rows measured at 07240a9).
+    said = os.environ.get("WORKBOOK_COMMIT")
+    if said:
+        return said
     sha = _run(["git", "rev-parse", "--short", "HEAD"])
     if not sha:
-        # a copy of the tree without .git (a lent GPU machine): the caller may say which commit it is
-        return os.environ.get("WORKBOOK_COMMIT", "unknown")
+        return "unknown"
     # uncommitted edits mean the numbers may not come from the code at `sha`
     dirty = _run(["git", "status", "--porcelain", "--untracked-files=no"])
     return f"{sha}-dirty" if dirty else sha
