@@ -46,6 +46,15 @@ VARIANTS = {
                                                      schedule="balanced", cluster_m=2),
 }
 SQUARE = (4096, 8192, 16384)
+DEFAULT_VARIANT = "128x256x64 s4 register balanced cluster2"     # what gemm_kernels.gemm runs by default
+SWEEP_SIDES = range(2048, 8193, 512)
+SWEEP_K = 8192
+
+
+def sweep_shapes():
+    """Every (M, N) in SWEEP_SIDES^2 at K = SWEEP_K: the grid over which wave quantisation comes and goes
+    (169 shapes; `--sweep` times torch.matmul and our default on each, into the table gemm_sweep)."""
+    return [(M, N, SWEEP_K) for M in SWEEP_SIDES for N in SWEEP_SIDES]
 
 
 def poor_wave_shapes(count: int = 3, K: int = 8192, gpu=None):
@@ -113,7 +122,7 @@ def default_shapes(arch: str):
     return squares if arch == "sm_100a" else squares + poor_wave_shapes()
 
 
-def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None):
+def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None, table: str = "gemm"):
     torch.backends.cuda.matmul.allow_tf32 = False    # the fp32 reference stays fp32
     rows = []
     for M, N, K in shapes:
@@ -128,7 +137,7 @@ def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None):
         torch.cuda.empty_cache()
     if record:
         from workbook import records
-        records.append(gpu_key, "gemm", rows)
+        records.append(gpu_key, table, rows)
     if out_csv:
         import pandas as pd
         pd.DataFrame(rows).to_csv(out_csv, index=False)
@@ -162,6 +171,9 @@ def main(argv=None):
                    help="the GPU the numbers are for; refuses to run on any other")
     p.add_argument("--torch-only", action="store_true",
                    help="time torch.matmul alone (a ceiling for any product shape; needs no CuTe DSL)")
+    p.add_argument("--sweep", action="store_true",
+                   help=f"torch.matmul and our default on every M, N in {SWEEP_SIDES.start}..{SWEEP_SIDES.stop - 1} "
+                        f"step {SWEEP_SIDES.step} at K={SWEEP_K} (Hopper; table gemm_sweep)")
     p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
     p.add_argument("--csv", help="also write the rows to this CSV file")
     args = p.parse_args(argv)
@@ -179,11 +191,16 @@ def main(argv=None):
     unknown = sorted(set(args.variants or ()) - set(available))
     if unknown:
         raise SystemExit(f"unknown configurations {unknown} for {spec.arch}; choose from {sorted(available)}")
-    chosen = {name: available[name] for name in (args.variants or available)}
-    if args.torch_only and not args.shapes:
+    if args.sweep:
+        if spec.arch != "sm_90a" or args.shapes:
+            raise SystemExit("--sweep is the Hopper shape grid; it takes no --shapes and needs an H100/H200")
+        args.variants = args.variants or ([] if args.torch_only else [DEFAULT_VARIANT])
+    chosen = {name: available[name] for name in (args.variants if args.variants is not None else available)}
+    if args.torch_only and not (args.shapes or args.sweep):
         raise SystemExit("--torch-only needs --shapes")
-    shapes = args.shapes or default_shapes(spec.arch)
-    rows = run(shapes, chosen, spec.key, record=not args.no_record, out_csv=args.csv)
+    shapes = sweep_shapes() if args.sweep else args.shapes or default_shapes(spec.arch)
+    rows = run(shapes, chosen, spec.key, record=not args.no_record, out_csv=args.csv,
+               table="gemm_sweep" if args.sweep else "gemm")
     print("\nTFLOP/s (% of torch.matmul):")
     for (M, N, K), group in itertools.groupby(rows, key=lambda r: (r["M"], r["N"], r["K"])):
         group = list(group)

@@ -40,3 +40,18 @@ def test_torch_only_needs_shapes(monkeypatch):
     monkeypatch.setattr(gpus, "current", lambda device=None: gpus.H200)
     with pytest.raises(SystemExit, match="--torch-only needs --shapes"):
         bench.main(["--torch-only"])
+
+
+def test_default_variant_is_what_gemm_runs_by_default():
+    import inspect
+    kw = dict(bench.VARIANTS[bench.DEFAULT_VARIANT])
+    band_rows = kw.pop("band_rows", inspect.signature(hopper.gemm).parameters["band_rows"].default)
+    assert band_rows == inspect.signature(hopper.gemm).parameters["band_rows"].default
+    for M, N in ((8192, 8192), (2048, 5120), (4096, 4096)):
+        assert hopper.config_for(M, N, **kw) == hopper.config_for(M, N)
+
+
+def test_sweep_covers_the_grid_once():
+    shapes = bench.sweep_shapes()
+    assert len(shapes) == len(set(shapes)) == len(bench.SWEEP_SIDES) ** 2
+    assert {K for _, _, K in shapes} == {bench.SWEEP_K}
