@@ -31,6 +31,10 @@ Variants (the tutorial's steps):
 ``ilp2``            two chains per row (even / odd columns), merged by (score, index) at the end.
 ``norm_broadcast``  ``ilp2``, plus the norms of a tile are loaded once per warp, coalesced, into registers
                     and handed to the threads that need them with ``shuffle_sync``.
+``wide``            ``norm_broadcast`` on 256-wide centroid tiles: a 64 x 256 accumulator (128 registers)
+                    allows only one CTA per SM, but every WGMMA reads the point tile once per 256 centroids
+                    instead of 128, and a tile costs half the barrier round trips. ``auto`` picks it where
+                    that wins on the H200 (``auto_variant``).
 """
 from __future__ import annotations
 
@@ -48,9 +52,10 @@ import torch
 from kmeans_kernels import reduce
 from workbook import launch, sass
 
-VARIANTS = ("serial", "ilp2", "norm_broadcast")
+VARIANTS = ("serial", "ilp2", "norm_broadcast", "wide")
 BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup)
-BLOCK_N = 128          # centroids per tile: the WGMMA N
+BLOCK_N = 128          # centroids per tile: the WGMMA N ...
+WIDE_BLOCK_N = 256     # ... and in the "wide" variant
 BLOCK_D = 64           # D per ring slot: one 128-byte swizzle atom of 16-bit elements
 MAX_STAGES = 8
 SM_SMEM_BYTES = 233472  # shared memory of one sm_90 SM (228 KiB) ...
@@ -64,31 +69,41 @@ PRODUCER_WARP = 8      # warp 8 issues every TMA
 THREADS = 32 * (CONSUMER_WARPS + 1)
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_SCAN_OF = {"serial": "serial", "ilp2": "ilp2", "norm_broadcast": "ilp2"}
+_SCAN_OF = {"serial": "serial", "ilp2": "ilp2", "norm_broadcast": "ilp2", "wide": "ilp2"}
+_BROADCAST_NORMS = ("norm_broadcast", "wide")
+
+
+def block_n_of(variant: str) -> int:
+    """Centroids per tile: 256 for "wide", else 128."""
+    return WIDE_BLOCK_N if variant == "wide" else BLOCK_N
 
 
 def auto_variant(N: int, D: int, K: int) -> str:
-    """The variant `variant="auto"` runs: norm_broadcast, the fastest on the H200 at every seed shape where
-    the kernel (not the launch) dominates (data/measured/h200/kmeans_assign.csv, notes/perf-log.md)."""
-    return "norm_broadcast"
+    """The variant `variant="auto"` runs, from the H200 measurements (data/measured/h200/kmeans_assign.csv,
+    notes/perf-log.md): norm_broadcast (128-wide tiles, two CTAs per SM), except "wide" (256-wide tiles,
+    one CTA per SM) where D >= 256 and N fills many waves (N >= 262144), where re-reading the point tile
+    once per 256 centroids instead of 128 pays more than the second CTA's overlap."""
+    return "wide" if D >= 256 and N >= 262144 else "norm_broadcast"
 
 
-def ctas_per_sm(D: int) -> int:
-    """2 while half an SM's shared memory holds the point tile and a MIN_STAGES_TWO_CTAS-deep ring (D <= 256
-    for 16-bit inputs), else 1."""
-    return 2 if _ring_slots(D, 2) >= MIN_STAGES_TWO_CTAS else 1
+def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:
+    """2 while half an SM holds the kernel: the point tile and a MIN_STAGES_TWO_CTAS-deep ring in shared
+    memory (D <= 256 for 16-bit inputs), and registers for 2 x 288 threads (at most 112 each), which a
+    64 x 128 accumulator (64 registers) leaves room for and a 64 x 256 one (128) does not. Else 1."""
+    fits_registers = block_n <= BLOCK_N
+    return 2 if fits_registers and _ring_slots(D, 2, block_n) >= MIN_STAGES_TWO_CTAS else 1
 
 
-def stages_for(D: int) -> int:
+def stages_for(D: int, block_n: int = BLOCK_N) -> int:
     """Ring depth: what this CTA's share of shared memory holds after the resident point tile, at most
     MAX_STAGES."""
-    return min(MAX_STAGES, _ring_slots(D, ctas_per_sm(D)))
+    return min(MAX_STAGES, _ring_slots(D, ctas_per_sm(D, block_n), block_n))
 
 
-def _ring_slots(D: int, ctas: int) -> int:
+def _ring_slots(D: int, ctas: int, block_n: int) -> int:
     budget = min(BLOCK_SMEM_MAX, SM_SMEM_BYTES // ctas - CTA_SMEM_RESERVED)
     x_bytes = BLOCK_M * _d_padded(D) * 2
-    slot_bytes = BLOCK_N * BLOCK_D * 2
+    slot_bytes = block_n * BLOCK_D * 2
     barrier_bytes = 1024           # mbarriers, padded by the 1024-byte alignment of the tiles
     return (budget - x_bytes - barrier_bytes) // slot_bytes
 
@@ -97,11 +112,11 @@ def _d_padded(D: int) -> int:
     return -(-D // BLOCK_D) * BLOCK_D
 
 
-# A thread's WGMMA accumulator (64 x BLOCK_N per warpgroup) holds rows {r0, r0 + 8} and, in every 8-column
+# A thread's WGMMA accumulator (64 x block_n per warpgroup) holds rows {r0, r0 + 8} and, in every 8-column
 # group g, the columns 8g + 2q + {0, 1} (q = lane % 4), at register 2*row + col%2 + 4*g. This layout views
 # it as (row, j) with the thread's columns increasing in j, the order the scans rely on.
-def _row_col_layout():
-    return cute.make_layout((2, (2, BLOCK_N // 8)), stride=(2, (1, 4)))
+def _row_col_layout(block_n: int = BLOCK_N):
+    return cute.make_layout((2, (2, block_n // 8)), stride=(2, (1, 4)))
 
 
 def _flat_index(row: int, col: int) -> int:
@@ -133,11 +148,12 @@ class HopperAssign:
         self.variant = variant
         self.scan = _SCAN_OF[variant]
         self.chains = reduce.chains_of(self.scan)
-        self.broadcast_norms = variant == "norm_broadcast"
+        self.broadcast_norms = variant in _BROADCAST_NORMS
+        self.block_n = block_n_of(variant)
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
-        self.stages = stages_for(D)
-        self.ctas_per_sm = ctas_per_sm(D)
+        self.stages = stages_for(D, self.block_n)
+        self.ctas_per_sm = ctas_per_sm(D, self.block_n)
         self.dtype = dtype
 
     @cute.jit
@@ -152,17 +168,17 @@ class HopperAssign:
         dtype = self.dtype
         d_pad = self.d_blocks * BLOCK_D
         major = cute.nvgpu.OperandMajorMode.K      # x and c are D-contiguous: "K-major"
-        # two warpgroups stacked along M, each issuing 64 x BLOCK_N x 16 WGMMAs
+        # two warpgroups stacked along M, each issuing 64 x block_n x 16 WGMMAs
         tiled_mma = sm90_utils.make_trivial_tiled_mma(dtype, dtype, major, major, cutlass.Float32,
-                                                      (2, 1, 1), tiler_mn=(64, BLOCK_N))
+                                                      (2, 1, 1), tiler_mn=(64, self.block_n))
         row_major = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
-        x_smem = sm90_utils.make_smem_layout_a(row_major, (BLOCK_M, BLOCK_N, d_pad), dtype, 1)
-        c_smem = sm90_utils.make_smem_layout_b(row_major, (BLOCK_M, BLOCK_N, BLOCK_D), dtype, self.stages)
+        x_smem = sm90_utils.make_smem_layout_a(row_major, (BLOCK_M, self.block_n, d_pad), dtype, 1)
+        c_smem = sm90_utils.make_smem_layout_b(row_major, (BLOCK_M, self.block_n, BLOCK_D), dtype, self.stages)
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_x, tma_x_tensor = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, x, cute.slice_(x_smem, (None, None, 0)), (BLOCK_M, d_pad))
         tma_c, tma_c_tensor = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, c, cute.slice_(c_smem, (None, None, 0)), (BLOCK_N, BLOCK_D))
+            g2s, c, cute.slice_(c_smem, (None, None, 0)), (self.block_n, BLOCK_D))
 
         @cute.struct
         class SharedStorage:
@@ -185,7 +201,7 @@ class HopperAssign:
                x_smem: cute.ComposedLayout, c_smem: cute.ComposedLayout):
         N = mx.shape[0]
         K = mc.shape[0]
-        num_tiles = cute.ceil_div(K, BLOCK_N)
+        num_tiles = cute.ceil_div(K, self.block_n)
         tidx, _, _ = cute.arch.thread_idx()
         block, _, _ = cute.arch.block_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
@@ -209,9 +225,9 @@ class HopperAssign:
 
         sx = storage.sx.get_tensor(x_smem.outer, swizzle=x_smem.inner)
         sc = storage.sc.get_tensor(c_smem.outer, swizzle=c_smem.inner)
-        # (BLOCK_M, d_pad, point tiles) and (BLOCK_N, BLOCK_D, centroid tiles, d blocks)
+        # (BLOCK_M, d_pad, point tiles) and (block_n, BLOCK_D, centroid tiles, d blocks)
         gx = cute.local_tile(mx, (BLOCK_M, self.d_blocks * BLOCK_D), (None, 0))
-        gc = cute.local_tile(mc, (BLOCK_N, BLOCK_D), (None, None))
+        gc = cute.local_tile(mc, (self.block_n, BLOCK_D), (None, None))
         tma_sx, tma_gx = cute.nvgpu.cpasync.tma_partition(
             tma_x, 0, cute.make_layout(1), cute.group_modes(sx, 0, 2), cute.group_modes(gx, 0, 2))
         tma_sc, tma_gc = cute.nvgpu.cpasync.tma_partition(
@@ -240,7 +256,7 @@ class HopperAssign:
             thr_mma = tiled_mma.get_slice(tidx)
             frag_x = tiled_mma.make_fragment_A(thr_mma.partition_A(sx))   # (MMA, 1, d_pad/16, 1)
             frag_c = tiled_mma.make_fragment_B(thr_mma.partition_B(sc))   # (MMA, 1, 4, stages)
-            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, BLOCK_N)))
+            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.block_n)))
             best_score, best_index = reduce.new_winners(self.chains, 2)
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             x_pipe.consumer_wait(x_state)
@@ -299,14 +315,14 @@ class HopperAssign:
         return release, held - count
 
     def _argmin(self, k, acc, tile):
-        """Fold the 64 x BLOCK_N dot products of one tile into the running winners of this thread's rows."""
-        cols_per_row = BLOCK_N // 4
-        dots = cute.make_tensor(acc.iterator, _row_col_layout())
-        first = tile * BLOCK_N
+        """Fold the 64 x block_n dot products of one tile into the running winners of this thread's rows."""
+        cols_per_row = self.block_n // 4
+        dots = cute.make_tensor(acc.iterator, _row_col_layout(self.block_n))
+        first = tile * self.block_n
         cols = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Int32)
         half_norms = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Float32)
         if self.broadcast_norms:
-            staged = reduce.stage_half_norms(k.c_sq, first, k.K, k.lane, BLOCK_N // 32)
+            staged = reduce.stage_half_norms(k.c_sq, first, k.K, k.lane, self.block_n // 32)
             for j in range(cols_per_row):
                 col = k.coords[_flat_index(0, j)][1]
                 cols[j] = first + col

@@ -81,22 +81,26 @@ def test_unknown_variant_and_dtype_are_named():
         hopper.compile("serial", 100, 128, 100, dtype=torch.float32)
 
 
-def test_ring_fits_shared_memory():
+@pytest.mark.parametrize("block_n", [hopper.BLOCK_N, hopper.WIDE_BLOCK_N])
+def test_ring_fits_shared_memory(block_n):
     for D in range(16, hopper.D_MAX + 1, 16):
-        stages, ctas = hopper.stages_for(D), hopper.ctas_per_sm(D)
+        stages, ctas = hopper.stages_for(D, block_n), hopper.ctas_per_sm(D, block_n)
         d_pad = -(-D // hopper.BLOCK_D) * hopper.BLOCK_D
-        used = hopper.BLOCK_M * d_pad * 2 + stages * hopper.BLOCK_N * hopper.BLOCK_D * 2 + 1024
+        used = hopper.BLOCK_M * d_pad * 2 + stages * block_n * hopper.BLOCK_D * 2 + 1024
         assert 2 <= stages <= hopper.MAX_STAGES and used <= hopper.BLOCK_SMEM_MAX, (D, stages, used)
         assert ctas * (used + hopper.CTA_SMEM_RESERVED) <= hopper.SM_SMEM_BYTES, (D, ctas, used)
-    assert [hopper.ctas_per_sm(D) for D in (64, 128, 256, 512)] == [2, 2, 2, 1]
+    expected = [2, 2, 2, 1] if block_n == hopper.BLOCK_N else [1, 1, 1, 1]
+    assert [hopper.ctas_per_sm(D, block_n) for D in (64, 128, 256, 512)] == expected
 
 
+@pytest.mark.parametrize("variant", ["norm_broadcast", "wide"])
 @pytest.mark.parametrize("D", [64, 128, 256, 512])
-def test_compiled_kernel_fits_its_ctas_per_sm(D):
-    """Two CTAs share an SM up to D = 256: the compiled kernel's registers and shared memory must allow it."""
-    kernel = hopper.HopperAssign("norm_broadcast", D, hopper._cutlass_dtype(torch.bfloat16))
+def test_compiled_kernel_fits_its_ctas_per_sm(variant, D):
+    """Two CTAs share an SM up to D = 256 with 128-wide tiles: the compiled kernel's registers and shared
+    memory must allow what ctas_per_sm promises, without spilling."""
+    kernel = hopper.HopperAssign(variant, D, hopper._cutlass_dtype(torch.bfloat16))
     art = sass.compile_for(kernel, *hopper._placeholder_args(torch.bfloat16), arch="sm_90a")
-    ctas = hopper.ctas_per_sm(D)
+    ctas = kernel.ctas_per_sm
     regs, = sass.registers(art.cubin).values()
     warps = hopper.THREADS // 32
     assert ctas * warps * (-(-regs * 32 // 256) * 256) <= 65536, (D, regs, ctas)
@@ -108,6 +112,8 @@ def test_compiled_kernel_fits_its_ctas_per_sm(D):
 def test_auto_variant_is_a_variant():
     for shape in [(1, 16, 1), (65536, 128, 4096), (1 << 20, 256, 4096)]:
         assert hopper.auto_variant(*shape) in VARIANTS
+    assert hopper.auto_variant(1 << 20, 256, 4096) == "wide"
+    assert hopper.auto_variant(65536, 256, 4096) == hopper.auto_variant(1 << 20, 128, 4096) == "norm_broadcast"
 
 
 # ------------------------------------------------------------------ GPU: answers
@@ -191,8 +197,9 @@ def test_adversarial(variant):
     N, D, K = 300, 64, 700
     x = small_integers(N, D, gen).cuda()
     c = small_integers(K, D, gen).cuda()
-    # cross-tile ties: the same centroid in tiles 0, 1, 3 and twice inside tile 2 (same lane, other chain)
-    for k in (130, 131, 400, 10):
+    # cross-tile ties: the same centroid in 128-wide tiles 0, 1, 3, 4 and twice inside tile 2 (same lane, other
+    # chain); in 256-wide tiles ("wide"): tiles 0, 1 and 2
+    for k in (130, 131, 400, 10, 520):
         c[k] = c[7]
     # all-equal centroids for rows whose nearest is any of them: lowest index must win
     assert_equal(run(variant, x, c), reference.assign(x, c), f"{variant} ties")
