@@ -33,8 +33,11 @@ Variants (the tutorial's steps):
                     and handed to the threads that need them with ``shuffle_sync``.
 ``wide``            ``norm_broadcast`` on 256-wide centroid tiles: a 64 x 256 accumulator (128 registers)
                     allows only one CTA per SM, but every WGMMA reads the point tile once per 256 centroids
-                    instead of 128, and a tile costs half the barrier round trips. ``auto`` picks it where
-                    that wins on the H200 (``auto_variant``).
+                    instead of 128, and a tile costs half the barrier round trips. With no second CTA to
+                    overlap with, the two consumer warpgroups **ping-pong**: they take turns issuing their
+                    WGMMAs (two named barriers), so one folds tile t while the other's WGMMAs for tile t
+                    run, and they give ring slots back one by one. ``auto`` picks it where that wins on
+                    the H200 (``auto_variant``).
 """
 from __future__ import annotations
 
@@ -67,6 +70,7 @@ D_MAX = 512            # x[128, 512] bf16 is 128 KiB resident; beyond that too f
 CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
 PRODUCER_WARP = 8      # warp 8 issues every TMA
 THREADS = 32 * (CONSUMER_WARPS + 1)
+TURN_BARRIER = 1       # named barriers 1, 2: "warpgroup 0's / 1's turn to issue WGMMA" (0 is __syncthreads)
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _SCAN_OF = {"serial": "serial", "ilp2": "ilp2", "norm_broadcast": "ilp2", "wide": "ilp2"}
@@ -150,6 +154,8 @@ class HopperAssign:
         self.chains = reduce.chains_of(self.scan)
         self.broadcast_norms = variant in _BROADCAST_NORMS
         self.block_n = block_n_of(variant)
+        # one CTA per SM leaves no other CTA to overlap with: the two warpgroups take turns instead
+        self.ping_pong = variant == "wide"
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
         self.stages = stages_for(D, self.block_n)
@@ -268,10 +274,24 @@ class HopperAssign:
             mma = tiled_mma
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
+            consumer_wg = tidx // 128
             for tile in cutlass.range(num_tiles, unroll=1):
+                if cutlass.const_expr(self.ping_pong):
+                    # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
+                    if consumer_wg + tile > 0:
+                        cute.arch.barrier(barrier_id=TURN_BARRIER + consumer_wg, number_of_threads=256)
                 mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
-                # every slot back to the producer before the argmin, so it refills them while we fold
-                release, held = self._retire(ctx, release, held, held)
+                if cutlass.const_expr(self.ping_pong):
+                    # the other warpgroup's turn (its MMAs queue behind mine) - except after the last tile
+                    # of warpgroup 1, which nobody waits for
+                    if tile + consumer_wg < num_tiles:
+                        cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - consumer_wg, number_of_threads=256)
+                    # slot by slot, oldest first: the producer refills a slot as soon as both are done with it
+                    for _ in cutlass.range_constexpr(held):
+                        release, held = self._retire(ctx, release, held, 1)
+                else:
+                    # every slot back to the producer before the argmin, so it refills them while we fold
+                    release, held = self._retire(ctx, release, held, held)
                 self._argmin(ctx, acc, tile)
 
             reduce.merge_chains(best_score, best_index)
