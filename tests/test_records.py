@@ -151,6 +151,16 @@ def test_last_run_is_the_newest_run_that_measured_everything_needed():
     assert records.last_run(df, [("ours", "ilp2")]).empty
 
 
+def test_last_run_can_skip_a_newer_partial_run():
+    import pandas as pd
+    full = _run_rows("2026-01-01", [("ours", "serial", n, 1.0) for n in (8, 16, 32)])
+    partial = _run_rows("2026-01-02", [("ours", "serial", 8, 2.0)])
+    df = pd.DataFrame(full + partial)
+    assert set(records.last_run(df, [("ours", "serial")]).date) == {"2026-01-02"}
+    assert set(records.last_run(df, [("ours", "serial")], min_shapes=3).date) == {"2026-01-01"}
+    assert records.last_run(df, [("ours", "serial")], min_shapes=4).empty
+
+
 def test_versus_pairs_shapes_and_reports_the_speedup():
     import pandas as pd
     rng = random.Random()

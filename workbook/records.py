@@ -188,13 +188,14 @@ def tables(gpu: str, *, root: Path | str | None = None) -> list[str]:
     return sorted(p.stem for p in folder.glob("*.csv"))
 
 
-def last_run(df: pd.DataFrame, needed: Iterable[tuple[str, str]]) -> pd.DataFrame:
+def last_run(df: pd.DataFrame, needed: Iterable[tuple[str, str]], min_shapes: int = 1) -> pd.DataFrame:
     """The rows of the most recent benchmark run (one `date`) that measured every (kernel, variant) in
-    `needed`: numbers compared from one process on the same inputs, as the method asks. Empty if none did."""
+    `needed`, each on at least `min_shapes` shapes: numbers compared from one process on the same inputs, as
+    the method asks (`min_shapes` skips a later run that re-measured only a few shapes). Empty if none did."""
     needed = list(needed)
 
     def has_all(run: pd.DataFrame) -> bool:
-        return all(((run.kernel == k) & (run.variant == v)).any() for k, v in needed)
+        return all(((run.kernel == k) & (run.variant == v)).sum() >= min_shapes for k, v in needed)
 
     dates = [date for date, run in df.groupby("date") if has_all(run)]
     return df[df.date == max(dates)] if dates else df.iloc[0:0]

@@ -40,62 +40,67 @@ print(gpus.describe())
 #
 # One CTA owns `BLOCK_M = 128` points and streams **every** centroid past them. Per CTA:
 #
-# * **warp 0 (producer)** loads the point tile `x[128, D]` once with TMA (it stays in shared memory for the whole
+# * **warp 8 (producer)** loads the point tile `x[128, D]` once with TMA (it stays in shared memory for the whole
 #   kernel), then streams centroid tiles `c[128, 64]` (128 centroids × one 64-wide slice of `D`) into a **ring**
 #   of shared-memory slots. Each slot has two mbarriers: *full* (the TMA engine arrives when the bytes have
 #   landed) and *empty* (each consumer warp arrives when it has finished reading).
-# * **warpgroups 1 and 2 (consumers)** own 64 points each. For every centroid tile they issue WGMMA
-#   `64 × 128 × 16` instructions over the slots of that tile into fp32 **registers**, give the slots back, and
-#   fold the 64 × 128 dot products into one running winner per row. Nothing of size `N × K` is ever written: the
-#   kernel stores 4 bytes per point.
+# * **warps 0-7, two consumer warpgroups**, own 64 points each. For every centroid tile they issue WGMMA
+#   `64 × 128 × 16` instructions over the slots of that tile into one fp32 **register** accumulator, give the slots
+#   back as soon as the WGMMAs are done (the producer refills them during the argmin), and fold the 64 × 128 dot
+#   products into one running winner per row. Nothing of size `N × K` is ever written: the kernel stores 4 bytes
+#   per point.
 #
-# The consumers keep **two accumulators**: while the tensor cores compute tile `t + 1` into one, the CUDA cores
-# scan tile `t` in the other. The sizes, from the package:
+# Within a CTA the WGMMAs and the argmin take turns. The overlap comes from **two CTAs per SM**: the kernel is
+# small enough (288 threads, at most 112 registers each, about half an SM's shared memory up to `D = 256`) that two
+# share every SM, and while one folds, the other's WGMMAs keep the tensor cores busy. (An earlier version overlapped
+# *inside* the CTA with two accumulators per thread; at 232 registers that fit one CTA per SM and measured no
+# faster: notebook 04, section 5.) The sizes, from the package:
 
 # %%
 D = 128
 print(f"BLOCK_M = {hopper.BLOCK_M} points per CTA, BLOCK_N = {hopper.BLOCK_N} centroids per tile, "
       f"BLOCK_D = {hopper.BLOCK_D} columns of D per ring slot, {hopper.THREADS} threads")
 ring = pd.DataFrame([{"D": d, "x tile resident (KiB)": hopper.BLOCK_M * d * 2 / 1024,
-                      "ring slots": hopper.stages_for(d), "slots per centroid tile": -(-d // hopper.BLOCK_D)}
+                      "CTAs per SM": hopper.ctas_per_sm(d), "ring slots": hopper.stages_for(d),
+                      "slots per centroid tile": -(-d // hopper.BLOCK_D)}
                      for d in (64, 128, 256, 512)])
 display(ring.style.hide(axis="index").format({"x tile resident (KiB)": "{:g}"}))
 
 # %% [markdown]
-# The ring is as deep as shared memory allows after the resident point tile (`hopper.stages_for`), at most 8
-# slots of 16 KiB. At `D = 512` the point tile takes 128 KiB and only 6 slots remain, fewer than the 8 slots a
-# centroid tile needs: the consumers must give slots back one by one as their WGMMAs finish, not all at the end
-# of a tile, or the producer could never fill the slot they are waiting for (`HopperAssign._issue` does this).
+# The ring is as deep as the CTA's share of shared memory allows after the resident point tile
+# (`hopper.stages_for`): half an SM where two CTAs fit, at most 8 slots of 16 KiB. At `D = 512` the point tile
+# alone takes 128 KiB, so one CTA gets the SM and 6 slots, fewer than the 8 slots a centroid tile needs: the
+# consumers must give slots back one by one as their WGMMAs finish, not all at the end of a tile, or the producer
+# could never fill the slot they are waiting for (`HopperAssign._issue` does this).
 #
-# The timeline of one CTA at `D = 128` (two slots per centroid tile), schematic:
+# The timeline of one SM at `D = 128` (two slots per centroid tile), two CTAs, schematic:
 
 # %%
-def draw_timeline(ax, tiles=5, slots_per_tile=2, stages=8):
-    lanes = {"warp 0: TMA": 2, "WG 1-2: WGMMA\n(tensor cores)": 1, "WG 1-2: argmin\n(CUDA cores)": 0}
-    acc_color = ("#4c72b0", "#dd8452")
-    ax.add_patch(patches.Rectangle((0, 2.15), 0.9, 0.7, color="#55a868"))
-    ax.text(0.45, 2.5, "x tile", ha="center", va="center", fontsize=8, color="white")
+def draw_timeline(ax, tiles=4, stages=5):
+    """Two CTAs on one SM: each alternates WGMMA (tensor cores) and argmin (CUDA cores); the SM's tensor cores
+    take whichever CTA has WGMMAs ready, so one CTA's argmin runs under the other's WGMMAs."""
+    lanes = {"CTA 0: argmin\n(CUDA cores)": 0, "tensor cores\n(shared by both)": 1, "CTA 1: argmin\n(CUDA cores)": 2}
+    colors = ("#4c72b0", "#dd8452")
+    mma, fold = 1.0, 0.9
+    t_free = 0.3                                   # when the tensor cores are next free
+    ready = [0.3, 0.3]                             # when each CTA has its next tile's WGMMAs ready to issue
     for t in range(tiles):
-        for s in range(slots_per_tile):
-            i = t * slots_per_tile + s
-            x0 = 1.0 + 0.5 * i
-            ax.add_patch(patches.Rectangle((x0, 2.15), 0.45, 0.7, color="0.55"))
-            ax.text(x0 + 0.22, 2.5, f"c{t}.{s}\nslot {i % stages}", ha="center", va="center", fontsize=6,
-                    color="white")
-        mma0 = 1.6 + t * 1.0
-        ax.add_patch(patches.Rectangle((mma0, 1.15), 0.95, 0.7, color=acc_color[t % 2]))
-        ax.text(mma0 + 0.47, 1.5, f"tile {t}\n-> acc{t % 2}", ha="center", va="center", fontsize=7, color="white")
-        ax.add_patch(patches.Rectangle((mma0 + 1.0, 0.15), 0.9, 0.7, color=acc_color[t % 2], alpha=0.55))
-        ax.text(mma0 + 1.45, 0.5, f"scan {t}\n(acc{t % 2})", ha="center", va="center", fontsize=7)
-    ax.annotate("", xy=(2.6, 1.2), xytext=(2.6, 0.8), arrowprops=dict(arrowstyle="<->", color="0.3"))
-    ax.text(2.65, 1.0, "overlap", fontsize=7, color="0.3", va="center")
+        for cta in (0, 1):
+            start = max(t_free, ready[cta])
+            ax.add_patch(patches.Rectangle((start, 1.15), mma - 0.05, 0.7, color=colors[cta]))
+            ax.text(start + mma / 2, 1.5, f"CTA {cta}\ntile {t}", ha="center", va="center", fontsize=7, color="white")
+            t_free = start + mma
+            lane = 0.15 if cta == 0 else 2.15
+            ax.add_patch(patches.Rectangle((t_free, lane), fold - 0.05, 0.7, color=colors[cta], alpha=0.5))
+            ax.text(t_free + fold / 2, lane + 0.35, f"scan {t}", ha="center", va="center", fontsize=7)
+            ready[cta] = t_free + fold
     ax.set_yticks([v + 0.5 for v in lanes.values()], list(lanes))
-    ax.set_xlim(0, tiles + 2.8)
+    ax.set_xlim(0, t_free + fold + 0.3)
     ax.set_ylim(0, 3)
     ax.set_xticks([])
-    ax.set_xlabel("time (schematic: a slot is released as soon as the WGMMAs reading it are done)")
-    ax.set_title(f"One CTA of the Hopper k-means kernel, D = {D}: producer warp, ring of {stages} slots, "
-                 "two accumulators", fontsize="medium")
+    ax.set_xlabel(f"time (schematic; each CTA's producer warp keeps its ring of {stages} slots filled meanwhile)")
+    ax.set_title(f"One SM of the Hopper k-means kernel, D = {D}: two CTAs, each WGMMA then argmin, interleaved",
+                 fontsize="medium")
     ax.spines[["top", "right"]].set_visible(False)
 
 
@@ -105,8 +110,9 @@ plt.show()
 
 # %% [markdown]
 # The kernel body, from the package (`inspect.getsource`, so this is the code that runs, not a copy). Read the
-# `if warpgroup == 0` branch for the producer and the `else` branch for the consumers; the per-tile steps
-# (`_issue`, `_advance`, `_argmin`) are plain Python that runs while the kernel is traced, so their loops unroll.
+# `if warp == PRODUCER_WARP` branch for the producer and the `else` branch for the consumers (the `ping_pong`
+# branches belong to the `wide` variant of notebook 04); the per-tile steps (`_issue`, `_retire`, `_argmin`) are
+# plain Python that runs while the kernel is traced, so their loops unroll.
 
 # %%
 print(inspect.getsource(hopper.HopperAssign.kernel))
@@ -299,6 +305,7 @@ evidence = pd.Series({
     "FSETP + FSEL + SEL (compare-select)": ops["FSETP"] + ops["FSEL"] + ops["SEL"],
     "SHFL (lane merge)": ops["SHFL"],
     "LDL + STL (local memory: spills)": ops["LDL"] + ops["STL"],
+    "registers per thread": max(sass_tools.registers(art.cubin).values()),
 }, name="serial, D = 128")
 display(evidence.to_frame())
 assert ops["HGMMA"] > 0 and ops["UTMALDG"] > 0 and ops["LDL"] + ops["STL"] == 0
@@ -306,16 +313,17 @@ assert ops["SHFL"] == 2 * 2 * 2   # what the text below says: 2 rows x 2 butterf
 
 
 # %% [markdown]
-# `HGMMA` is the SASS of `wgmma.mma_async`; `UTMALDG` the TMA loads; no `LDL`/`STL`, so the 232 registers per
-# consumer thread (`hopper.CONSUMER_REGS`, set with `setmaxnreg`) hold both 64-value accumulators and the scan
-# without spilling. The 8 `SHFL` are the lane merge: 2 rows × 2 steps × (score, index).
+# `HGMMA` is the SASS of `wgmma.mma_async`; `UTMALDG` the TMA loads; no `LDL`/`STL`: the 64-value accumulator and
+# the scan fit the register cap that two CTAs per SM impose (`launch(min_blocks_per_mp=2)`: 64 Ki registers over
+# 2 × 288 threads is at most 112 each; `workbook.sass.registers` reads what `ptxas` allocated from the cubin). The
+# 8 `SHFL` are the lane merge: 2 rows × 2 steps × (score, index).
 #
 # **How long is the chain?** `kmeans_kernels.sass_checks.compare_select_depth` builds a def-use graph over
 # registers and predicates in the scan's straight-line code and returns the longest path through compare-select
 # ops. It was written for the Blackwell kernels, whose scan starts after the TMEM load (`LDTM`); Hopper has no TMEM
 # (the accumulator is already in registers), so we hand it the Hopper scan block: the branch-free run of the
 # kernel with the most compare-selects. Every score is exactly one `FADD` (`half_norm − dot`), which tells how many
-# tiles that block scans (the tile loop is unrolled by two).
+# tiles that block scans.
 
 # %%
 def chain_depth(sass_text):
@@ -445,7 +453,8 @@ else:
 # ## Take-aways
 #
 # * The Hopper kernel splits into a TMA producer warp and two WGMMA consumer warpgroups, coupled by an mbarrier
-#   ring; the point tile stays resident and only centroids stream.
+#   ring; the point tile stays resident and only centroids stream; two such CTAs share each SM, so one's argmin
+#   runs under the other's WGMMAs.
 # * The WGMMA layout gives each thread 2 rows × 32 columns of a tile, and spreads a row over the 4 lanes of a quad:
 #   hence a per-thread scan and a 2-step butterfly merge by `(score, index)`.
 # * The serial scan is one compare-select chain per row: about 64 dependent instructions per tile in the SASS.

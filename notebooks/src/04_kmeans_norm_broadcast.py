@@ -11,7 +11,11 @@
 # * who needs which norm in the WGMMA layout, and how `reduce.stage_half_norms` and `reduce.broadcast_half_norm`
 #   deliver it with 4 loads and 32 shuffles per thread and tile instead of 32 loads;
 # * how the trade shows in the SASS: `LDG` replaced by `SHFL`, per variant, per tile;
-# * what it did on the H200, what the PR author measured on a B200, and which variant `variant="auto"` picks.
+# * what it did on the H200, what the PR author measured on a B200, and which variant `variant="auto"` picks;
+# * the step after it, which is not about the argmin at all: **occupancy and tile width**. Two CTAs per SM (one
+#   accumulator, 288 threads, 96 registers) where a 64 × 128 tile fits, and a `wide` variant with 256-wide centroid
+#   tiles whose two warpgroups **ping-pong** where it does not. That step is what made the Hopper kernel faster than
+#   flashlib's.
 #
 # **A difference from the seed, stated up front.** The PR's B200 baseline staged the norms in *shared memory*
 # (`st.shared`, then two named barriers per tile) and the PR replaced that with shuffles: `LDS + BAR → SHFL`
@@ -92,11 +96,13 @@ print(src[src.index("        if self.broadcast_norms"):src.index("        if sel
 #
 # ## 3. The evidence: loads become shuffles
 #
-# All three variants compiled for `sm_90a` at `D = 128`. Counts are per tile and thread, taken from the scan block
+# The three reduction steps compiled for `sm_90a` at `D = 128` (`wide`, section 5, scans the same way as
+# `norm_broadcast`). Counts are per tile and thread, taken from the scan block
 # (the branch-free run with the most compare-selects; every score is one `FADD`, which counts the tiles in it).
 
 # %%
-arts = {v: hopper.compile(v, 65536, 128, 4096) for v in hopper.VARIANTS}
+STEPS = ("serial", "ilp2", "norm_broadcast")      # the tutorial's three reductions; "wide" comes in section 5
+arts = {v: hopper.compile(v, 65536, 128, 4096) for v in STEPS}
 
 
 OPS = ("LDG", "SHFL", "LDS", "STS", "BAR", "FSETP", "FSEL", "ISETP")
@@ -122,7 +128,7 @@ assert counts.loc["norm_broadcast", "SHFL"] == hopper.BLOCK_N // 4 and counts.lo
 fig, ax = plt.subplots(figsize=(8, 3.2), layout="constrained")
 shown = ["LDG", "SHFL", "FSEL", "ISETP"]
 width = 0.27
-for i, (variant, color) in enumerate(zip(hopper.VARIANTS, ("#9ecae1", "#fdae6b", "#74c476"))):
+for i, (variant, color) in enumerate(zip(STEPS, ("#9ecae1", "#fdae6b", "#74c476"))):
     bars = ax.bar(np.arange(len(shown)) + (i - 1) * width, counts.loc[variant, shown], width, label=variant, color=color)
     ax.bar_label(bars, fmt="%g", fontsize="x-small", padding=1)
 ax.set_xticks(range(len(shown)), shown)
@@ -142,7 +148,8 @@ plt.show()
 # ## 4. The number: H200
 #
 # From `data/measured/h200/kmeans_assign.csv` (`make bench-kmeans` on an H200; the most recent run that measured all
-# three variants). First all three variants against each other, then norm broadcast against ILP2, the step this notebook adds.
+# three steps on all 13 seed shapes). First the three against each other, then norm broadcast against ILP2, the step
+# this notebook adds.
 
 # %%
 TABLE = records.path("h200", "kmeans_assign")
@@ -150,13 +157,15 @@ SOURCE = TABLE.relative_to(records.DATA.parent)
 SHAPE = ["N", "D", "K"]
 
 
-measured = records.last_run(records.read("h200", "kmeans_assign"), [("ours", v) for v in hopper.VARIANTS])
-ours = measured[(measured.kernel == "ours") & measured.variant.isin(hopper.VARIANTS)] if not measured.empty else measured
-if ours.empty or set(ours.variant) != set(hopper.VARIANTS):
+SEED_SHAPES = 13
+recorded = records.read("h200", "kmeans_assign")
+measured = records.last_run(recorded, [("ours", v) for v in hopper.VARIANTS], min_shapes=SEED_SHAPES)
+ours = measured[(measured.kernel == "ours") & measured.variant.isin(STEPS)] if not measured.empty else measured
+if ours.empty or set(ours.variant) != set(STEPS):
     display(Markdown(f"**`{SOURCE}` has no H200 rows for all three variants yet.** They are recorded on an H200 with "
                      "`make bench-kmeans`; re-run this notebook afterwards. No number is shown until it is measured."))
 else:
-    order = {v: i for i, v in enumerate(hopper.VARIANTS)}
+    order = {v: i for i, v in enumerate(STEPS)}
     ours = ours.sort_values([*SHAPE, "variant"], key=lambda col: col.map(order) if col.name == "variant" else col)
     ours = ours.assign(shape=pr.shape_labels(ours))
     fig = plots.latency_vs_shape(ours, x="shape", hue="variant", title="H200: the three Hopper variants",
@@ -175,18 +184,113 @@ if not table.empty:
     resolved = (table["ilp2 ms"] - table["norm_broadcast ms"]).abs() > table[["ilp2 range", "norm_broadcast range"]].max(axis=1)
     print(f"{int(resolved.sum())} of {len(table)} shapes differ by more than the larger min-max spread of the two "
           "kernels.")
-    # the last step of the Hopper kernel against what a user could run instead, from the same run
-    mine = measured[(measured.kernel == "ours") & (measured.variant == "norm_broadcast")].set_index(SHAPE).ms_median
-    for kernel, variant in sorted({(k, v) for k, v in zip(measured.kernel, measured.variant) if k != "ours"}):
-        other = measured[(measured.kernel == kernel) & (measured.variant == variant)].set_index(SHAPE).ms_median
-        ratio = (other / mine).dropna()
-        print(f"norm_broadcast vs {kernel} {variant}: faster at {int((ratio > 1).sum())} of {len(ratio)} shapes; "
-              f"geomean of their time / ours: {timing.geomean(ratio):.2f}x")
     print("provenance of these rows:")
     display(measured[list(records.PROVENANCE)].drop_duplicates().style.hide(axis="index"))
 
 # %% [markdown]
-# ## 5. What the PR author measured on a B200 (not here)
+# ## 5. The step after the argmin: occupancy and tile width
+#
+# With the argmin as cheap as it gets, what was left? The kernel of the first three steps gave every consumer thread
+# **two** 64 × 128 accumulators, so that the argmin of tile `t` could run while the WGMMAs of tile `t + 1` filled
+# the other one. That took 232 registers per consumer thread and 384 threads per CTA: **one CTA per SM**. A probe on
+# the H200 compared it, in one process, with three prototypes (`tools/probes/probe_variants.py`, the patches in
+# `notes/patches/`):
+#
+# * **one accumulator**, no overlap inside the CTA (issue the tile's WGMMAs, wait, fold);
+# * **256-wide centroid tiles**, one accumulator (flashlib's tile at these shapes);
+# * **two CTAs per SM**: one accumulator, 288 threads (two consumer warpgroups and one producer warp, no
+#   `setmaxnreg`), launched with `min_blocks_per_mp=2` so that `ptxas` fits it in 112 registers (it used 96), and a
+#   ring sized to half an SM's shared memory. The overlap now comes from the *other* CTA on the SM.
+
+# %%
+PROBE = records.DATA / "measured" / "h200" / "probes" / "kmeans_structures.csv"
+probe = pd.read_csv(PROBE)
+names = {"ours_norm_broadcast": "two accumulators, 1 CTA/SM (before)", "hopper_bn128_1acc": "one accumulator",
+         "hopper_bn256_1acc": "256-wide tiles", "hopper_2cta_288": "two CTAs per SM",
+         "flashlib_heuristic": "flashlib CuTe (static tiles)"}
+grid = probe.assign(design=probe.kernel.map(names)).pivot_table(index=SHAPE, columns="design", values="synced_ms")
+grid = grid[list(names.values())]
+display(grid.style.format("{:.4f}").highlight_min(axis=1, props="font-weight: bold"))
+assert probe["match"].min() == 1.0       # every prototype agreed with the reference on the rows checked
+rel = grid.div(grid[names["ours_norm_broadcast"]], axis=0)
+fig, ax = plt.subplots(figsize=(11, 3.6), layout="constrained")
+pos = np.arange(len(rel))
+w = 0.8 / len(rel.columns)
+for i, column in enumerate(rel.columns):
+    ax.bar(pos + (i - (len(rel.columns) - 1) / 2) * w, rel[column], w, label=column,
+           color=["0.6", "#9ecae1", "#fdae6b", "#74c476", "#8172b3"][i])
+ax.axhline(1, color="k", lw=0.8)
+ax.set_xticks(pos, pr.shape_labels(rel.reset_index()), fontsize="small")
+ax.set_ylabel("latency / two-accumulator kernel")
+ax.set_title("H200, one process: which structure? (lower is faster)", fontsize="medium")
+ax.legend(frameon=False, fontsize="x-small", ncols=3)
+plots.caption(ax, f"{PROBE.relative_to(records.DATA.parent)} (probe of commit f664284 + prototypes; "
+                  "synced = the seeds' method)")
+plt.show()
+
+# %% [markdown]
+# Reading it. **One accumulator is as fast as two** at the 1M-point shapes and faster at the small ones: the
+# overlap the second accumulator was built for did not happen, and its bookkeeping cost instructions. **Two CTAs
+# per SM** win or tie almost everywhere: while one CTA folds, the other's WGMMAs keep the tensor cores busy, and a
+# 65536-point grid (512 CTAs) runs in two waves instead of four. **256-wide tiles** win at `D = 256`, where the
+# point tile is re-read from shared memory once per 256 centroids instead of 128.
+#
+# So the kernel became the two-CTA one for every variant (`hopper.ctas_per_sm`, `hopper.stages_for`), and a fourth
+# variant, `wide`, keeps 256-wide tiles for `D = 256`. A 64 × 256 accumulator is 128 registers, so `wide` runs one
+# CTA per SM, and with no second CTA to overlap with, its two warpgroups **ping-pong**: warpgroup 0 issues its
+# WGMMAs for tile `t` and signals warpgroup 1 (a named barrier, `bar.arrive`); warpgroup 1 issues its own (they queue
+# behind), signals back, and meanwhile warpgroup 0 folds tile `t`. The lines that do it:
+
+# %%
+src = inspect.getsource(hopper.HopperAssign.kernel)
+start = src.index("            consumer_wg = tidx // 128")
+print(src[start:src.index("                self._argmin(ctx, acc, tile)", start)].rstrip())
+wide = hopper.compile("wide", 1 << 20, 256, 4096)
+turns = [ins for ins in sass_tools.instructions(wide.sass) if ins.base == "BAR" and "0x100" in ins.operands]
+print(f"wide, D = 256: {max(sass_tools.registers(wide.cubin).values())} registers per thread; the turn-taking "
+      f"barriers (256 threads = both warpgroups): {', '.join(f'{i.opcode} {i.operands[0]}' for i in turns)}")
+assert {i.opcode.split(".")[1] for i in turns} == {"SYNC", "ARV"}
+
+# %% [markdown]
+# **The number.** The last full run of the 13 seed shapes times every variant, `auto`, and flashlib 0.4.0's kernels
+# (its CuTe DSL kernel autotuned per shape, and its Triton kernel) in one process, in interleaved rounds. `wide`
+# gained its ping-pong after that run; a second run re-timed it at the three largest shapes.
+
+# %%
+def standings(run):
+    """Median ms per shape for ours (auto, norm_broadcast, wide) and flashlib's two kernels, from one run."""
+    keep = {("ours", "auto"): "ours auto", ("ours", "norm_broadcast"): "norm_broadcast", ("ours", "wide"): "wide",
+            ("flashlib", "cute"): "flashlib CuTe (autotuned)", ("flashlib", "triton"): "flashlib Triton"}
+    rows = run[[(k, v) in keep for k, v in zip(run.kernel, run.variant)]]
+    return rows.assign(name=[keep[k, v] for k, v in zip(rows.kernel, rows.variant)]).pivot_table(
+        index=SHAPE, columns="name", values="ms_median")[[n for n in keep.values()]]
+
+
+NEEDED = [("ours", "auto"), ("ours", "wide"), ("flashlib", "cute")]
+full = records.last_run(recorded, NEEDED, min_shapes=SEED_SHAPES)
+if full.empty:
+    display(Markdown(f"No full run with `wide`, `auto` and flashlib's autotuned kernel in `{SOURCE}` yet."))
+else:
+    final = standings(full)
+    display(Markdown(f"**Full run** (commit {full.commit.iloc[0]}, {full.date.iloc[0]}):"))
+    display(final.style.format("{:.4f}").highlight_min(axis=1, props="font-weight: bold"))
+    for other in ("flashlib CuTe (autotuned)", "flashlib Triton"):
+        ratio = final[other] / final["ours auto"]
+        print(f"ours auto vs {other}: geomean of their time / ours {timing.geomean(ratio):.2f}x; "
+              f"ours slower by more than 3 % at {int((ratio < 1 / 1.03).sum())} of {len(ratio)} shapes "
+              f"({', '.join(pr.shape_labels(ratio[ratio < 1 / 1.03].reset_index())) or 'none'})")
+    later = records.last_run(recorded, NEEDED)
+    if later.date.iloc[0] != full.date.iloc[0]:
+        again = standings(later)
+        display(Markdown(f"**The ping-pong `wide`, re-timed** (commit {later.commit.iloc[0]}, {later.date.iloc[0]}):"))
+        display(again.style.format("{:.4f}").highlight_min(axis=1, props="font-weight: bold"))
+        ratio = again["flashlib CuTe (autotuned)"] / again["ours auto"]
+        print("ours auto vs flashlib CuTe (autotuned) there, their time / ours:",
+              {"x".join(map(str, k)): round(v, 3) for k, v in ratio.items()})
+    print(f"Source: {SOURCE}, kmeans_kernels.bench on the H200")
+
+# %% [markdown]
+# ## 6. What the PR author measured on a B200 (not here)
 #
 # The shapes where seed 000's PR ships the norm-broadcast path, and its gain over `main` there (`data/pr/`,
 # transcribed; measured on a B200 by the PR author, not here):
@@ -202,7 +306,7 @@ fig = plots.speedup_bars(pr.shape_labels(nb_rows, sep="\n"), nb_rows["improvemen
 plt.show()
 
 # %% [markdown]
-# ## 6. Which variant `variant="auto"` runs, and why
+# ## 7. Which variant `variant="auto"` runs, and why
 #
 # `kmeans_kernels.assign(x, c)` asks the backend's `auto_variant(N, D, K)`. Its rule and its reason, from the package:
 
@@ -211,14 +315,16 @@ print(inspect.getsource(hopper.auto_variant))
 
 # %% [markdown]
 # A rule is only as good as the measurements behind it. The table puts it next to them: per measured shape, the
-# fastest variant on the H200 and by how much it beat the runner-up, and the variant `auto` picks.
+# fastest variant on the H200 and by how much it beat the runner-up, and the variant `auto` picks (from the last full
+# run, so `wide` there is the version before its ping-pong).
 
 # %%
-if ours.empty or set(ours.variant) != set(hopper.VARIANTS):
-    display(Markdown(f"No H200 measurements of all three variants in `{SOURCE}` yet: `auto` cannot be checked here."))
+every = measured[(measured.kernel == "ours") & measured.variant.isin(hopper.VARIANTS)] if not measured.empty else measured
+if every.empty:
+    display(Markdown(f"No H200 measurements of every variant in `{SOURCE}` yet: `auto` cannot be checked here."))
 else:
     rows = []
-    for (n, d, k), group in ours.groupby(SHAPE):
+    for (n, d, k), group in every.groupby(SHAPE):
         ranked = group.sort_values("ms_median")
         pick = hopper.auto_variant(int(n), int(d), int(k))
         picked = group.set_index("variant").loc[pick]
@@ -239,7 +345,7 @@ else:
 # choice: it is one compiled kernel per `D`, it never loses by more than the table shows, and it changes only when new
 # measurements show a shape where it loses by more than their noise.
 #
-# ## 7. On an H100/H200: run it
+# ## 8. On an H100/H200: run it
 
 # %%
 spec = gpus.current()
@@ -262,3 +368,6 @@ else:
 # * The SASS shows exactly that, plus the per-column bounds checks that disappear with the loads.
 # * On Hopper the baseline read norms through L1, not through a shared-memory buffer with barriers as on the B200, so
 #   the gain to expect is different from the PR's; section 4 says what it was on our H200, and `auto` follows it.
+# * The larger step was structural: one accumulator and two CTAs per SM instead of two accumulators in one, and
+#   256-wide tiles with ping-ponging warpgroups at `D = 256`. Section 5 has the probe that chose it and the run that
+#   measured it against flashlib.
