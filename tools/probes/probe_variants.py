@@ -1,10 +1,12 @@
 """One-device-call A/B of kernel structures (scratch; not project code).
 
-Loads the prototypes from tools/probes/proto/ by path (make them first, here, from the patches:
-`mkdir -p tools/probes/proto && for p in hopper_bn128_1acc hopper_bn256_1acc hopper_2cta_288; do
-cp kmeans_kernels/hopper.py tools/probes/proto/$p.py && patch tools/probes/proto/$p.py
-notes/patches/kmeans-$p.patch; done`), checks each against kmeans_kernels.reference on one input set, and times every one
-plus ours (norm_broadcast) and flashlib's heuristic kernel on the same inputs:
+Loads the prototypes from tools/probes/proto/ by path. They are patches against the kernel as it was at
+commit f664284 (the two-accumulator kernel; the probe's results made the current one), so make them from
+that version: `mkdir -p tools/probes/proto && for p in hopper_bn128_1acc hopper_bn256_1acc hopper_2cta_288; do
+git show f664284:kmeans_kernels/hopper.py > tools/probes/proto/$p.py && patch tools/probes/proto/$p.py
+notes/patches/kmeans-$p.patch; done`. It checks each against kmeans_kernels.reference on one input set and
+times every one, plus ours (norm_broadcast) and flashlib's heuristic kernel, on the same inputs (the one run's
+results: data/measured/h200/probes/kmeans_structures.csv):
 
   hopper_bn128_1acc   ours with ONE accumulator, no MMA/argmin overlap (isolates what the overlap buys)
   hopper_bn256_1acc   128 x 256 centroid tiles, one accumulator (flashlib's heuristic shape, our producer warp)
