@@ -10,7 +10,9 @@
 # * which machine you are on, and what the workbook does on it (no GPU, a Hopper, a Blackwell);
 # * how to compile a CuTe DSL kernel for a GPU you do not have: `sm_90a` (H100/H200) and `sm_100a` (B200);
 # * the two things a compile produces, **PTX** (a virtual instruction set) and **SASS** (the real one), and how to
-#   count the SASS instructions with `workbook.sass`.
+#   count the SASS instructions with `workbook.sass`;
+# * how every number in the workbook is timed, and two traps that moved our own numbers by 10-20 %: host time
+#   inside the timed call, and a GPU clock that falls as the chip warms.
 #
 # Nothing here needs a GPU. On a laptop it runs in a few seconds.
 
@@ -24,7 +26,7 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from workbook import gpus, plots, records, sass
+from workbook import gpus, launch, plots, records, sass, timing
 
 print(gpus.describe())
 
@@ -225,6 +227,101 @@ if here is not None and here.family in ARCH_OF_FAMILY:
     print(f"ran on {here.name}: out == a + b is {torch.equal(out, a + b)}")
 else:
     print("No Hopper or Blackwell GPU here: compiled, not run. On one, this cell launches the kernel and checks it.")
+
+# %% [markdown]
+# ## How a kernel is timed here, and two traps
+#
+# Every latency in the workbook comes from `workbook.timing.bench`, the seeds' method: three input sets rotated
+# between calls (so no call finds its inputs in L2 from the call before), 10 warm-up calls, then 30 calls, each
+# between two CUDA events and followed by a synchronisation; the median is the number. Because each call is
+# synchronised, the interval starts when the *host* records the first event: everything Python does before the
+# launch is inside it.
+#
+# **Trap 1: host time.** On the H200 machine a call of our k-means kernel cost 80 µs of host time, and of the
+# GEMM 89 µs, before anything ran on the GPU (torch.matmul: 18 µs). Most of it was building arguments:
+# `make_ptr`, `cutlass.Int32`, ctypes marshalling. `workbook.launch.LaunchCache` does that once per argument set
+# and then calls the compiled host code directly:
+
+# %%
+print(inspect.getsource(launch.LaunchCache.__call__))
+
+
+def host_us(path):
+    """The 'us per call' lines of a probe_host.py output: {(problem, what): microseconds}."""
+    found, problem = {}, None
+    for line in path.read_text().splitlines():
+        if "us per call" in line:
+            problem = line.split(",")[0].split()[0]
+        elif problem and line.startswith("  ") and line.split()[-1].replace(".", "").isdigit():
+            found[problem, line.rsplit(None, 1)[0].strip()] = float(line.split()[-1])
+    return found
+
+
+PROBES = records.DATA / "measured" / "h200" / "probes"
+before, after = host_us(PROBES / "host_path_before.txt"), host_us(PROBES / "host_path_after.txt")
+host = pd.DataFrame({
+    "k-means assign()": [before["kmeans", "assign()"], after["kmeans", "assign()"],
+                         after["kmeans", "run_compiled_program(exe args)"]],
+    "GEMM gemm()": [before["gemm", "gemm()"], after["gemm", "gemm()"], after["gemm", "run_compiled_program(exe args)"]],
+}, index=["before", "with LaunchCache", "the compiled host code alone"])
+fig, ax = plt.subplots(figsize=(7.5, 2.8), layout="constrained")
+host.T.plot.barh(ax=ax, color=["#dd8452", "#55a868", "0.6"], width=0.75)
+ax.axvline(after["gemm", "torch.matmul"], color="k", ls="--", lw=1, label="torch.matmul")
+ax.set_xlabel("host microseconds per call (H200 machine's CPU)")
+ax.legend(frameon=False, fontsize="small")
+ax.set_title("Host time per launch, before and after marshalling each argument set once", fontsize="medium")
+plots.caption(ax, "data/measured/h200/probes/host_path_{before,after}.txt (tools/probes/probe_host.py)")
+plt.show()
+display(host.round(1))
+
+# %% [markdown]
+# What remains (about 10 µs) is the compiled host code: the TMA descriptors it encodes and `cuLaunchKernelEx`. A
+# 4096³ GEMM runs about 175 µs on the GPU, so 70 µs of Python was a 30 % handicap in this method, and none at all
+# in a back-to-back loop: a benchmark that only launches back to back never sees it.
+#
+# **Trap 2: the clock drifts.** A GPU lowers its clock as it heats. Timed one after the other, the contender that
+# runs last runs on the warmest chip. Our k-means benchmark once timed `auto` right after `norm_broadcast`, which is
+# *the same kernel* at most shapes, and read `auto` slower at every large shape; the GEMM probe timed torch.matmul
+# three times in one process, interleaved with our kernels:
+
+# %%
+kmeans = records.read("h200", "kmeans_assign")
+seq = kmeans[kmeans.commit == "c3fd2f6"]          # the run that timed them one after the other
+same = seq[seq.variant.isin(["auto", "norm_broadcast"]) & (seq.kernel == "ours")].pivot_table(
+    index=["N", "D", "K"], columns="variant", values="ms_median")
+inter = kmeans[kmeans.commit == "7f811bc"]        # the first interleaved run: auto is norm_broadcast where D < 256
+inter = inter[inter.variant.isin(["auto", "norm_broadcast"]) & (inter.kernel == "ours") & (inter.D < 256)]
+inter = inter.pivot_table(index=["N", "D", "K"], columns="variant", values="ms_median")
+order = pd.read_csv(PROBES / "gemm_timing_order.csv")
+torch_rounds = order[(order.config == "torch") & (order["shape"] == "4096x4096x4096")].synced_ms.tolist()
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), layout="constrained")
+for frame, label, color in ((same, "one after the other", "#dd8452"), (inter, "interleaved rounds", "#55a868")):
+    drift = 100 * (frame["auto"] / frame["norm_broadcast"] - 1)
+    flops = [2 * n * d * k for n, d, k in frame.index]
+    axes[0].scatter(flops, drift, label=label, color=color)
+axes[0].set_xscale("log")
+axes[0].axhline(0, color="k", lw=0.8)
+axes[0].set_xlabel("FLOPs of the shape")
+axes[0].set_ylabel("auto / norm_broadcast − 1 (%)")
+axes[0].set_title("The same kernel, timed twice in one process", fontsize="medium")
+axes[0].legend(frameon=False, fontsize="small")
+plots.caption(axes[0], "data/measured/h200/kmeans_assign.csv, rows of c3fd2f6 and 7f811bc")
+axes[1].bar(["round 1", "round 2", "round 3"], torch_rounds, color="0.6")
+axes[1].set_ylabel("torch.matmul 4096³, median ms")
+axes[1].set_ylim(0, max(torch_rounds) * 1.15)
+axes[1].bar_label(axes[1].containers[0], fmt="%.3f", fontsize="small")
+axes[1].set_title("One process, three rounds of the same call", fontsize="medium")
+plots.caption(axes[1], "data/measured/h200/probes/gemm_timing_order.csv")
+plt.show()
+print(f"one after the other, auto read {100 * (same['auto'] / same['norm_broadcast'] - 1).max():.0f} % slower at worst; "
+      f"torch.matmul at 4096^3 moved {100 * (max(torch_rounds) / min(torch_rounds) - 1):.0f} % between rounds")
+
+# %% [markdown]
+# So both benchmarks now time their contenders in three interleaved rounds with the order rotating
+# (`timing.bench_interleaved`): each still gets 10 warm-up calls and 30 timed calls by the seeds' method, but the
+# drift is shared out instead of charged to whoever comes last. It does not remove the noise between runs; that is
+# why every ratio the workbook reports compares contenders from *one* run, and why the same shape can read a few
+# percent differently in two runs of the same day.
 
 # %% [markdown]
 # ## What's next

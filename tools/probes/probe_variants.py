@@ -24,6 +24,8 @@ import kmeans_kernels
 from kmeans_kernels import bench as kb, reference
 from workbook import timing
 
+from probe_gemm import back_to_back_ms   # tools/probes/ is the script's folder, so on sys.path
+
 HERE = pathlib.Path(__file__).resolve().parent
 PROTOS = ("hopper_bn128_1acc", "hopper_bn256_1acc", "hopper_2cta_288")
 SHAPES = ((65536, 64, 4096), (65536, 128, 512), (1 << 20, 128, 4096), (1 << 20, 256, 4096),
@@ -52,19 +54,6 @@ def contenders():
     except Exception as e:
         print(f"# flashlib not importable: {e}", file=sys.stderr)
     return out
-
-
-def back_to_back_ms(fn, sets, calls=100):
-    for i in range(5):
-        fn(*sets[i % len(sets)])
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for i in range(calls):
-        fn(*sets[i % len(sets)])
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls
 
 
 def main():
