@@ -242,6 +242,27 @@ def test_given_c_sq_is_used():
 
 @gpu
 @needs_hopper
+def test_cached_launches_follow_their_arguments():
+    """The launch cache reuses marshalled arguments per (addresses, sizes, stream): alternating outputs, inputs
+    edited in place and a second stream must each still get exactly their own answer."""
+    gen = torch.Generator().manual_seed(13)
+    x, c = small_integers(500, 128, gen).cuda(), small_integers(700, 128, gen).cuda()
+    outs = [torch.full((500,), POISON, dtype=torch.int32, device="cuda") for _ in range(2)]
+    for i in range(4):
+        out = outs[i % 2].fill_(POISON)
+        c[i] = x[i]                          # in place: same address, new data
+        kmeans_kernels.assign(x, c, variant="norm_broadcast", out=out)
+        torch.cuda.synchronize()
+        assert_equal(out, reference.assign(x, c), f"call {i}")
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        got = kmeans_kernels.assign(x, c, variant="norm_broadcast")
+    side.synchronize()
+    assert_equal(got, reference.assign(x, c), "side stream")
+
+
+@gpu
+@needs_hopper
 def test_fp16_inputs():
     gen = torch.Generator().manual_seed(11)
     x = small_integers(333, 128, gen).half().cuda()
