@@ -15,7 +15,8 @@ One CTA owns ``BLOCK_M = 128`` points and streams every centroid past them:
 small enough (288 threads, at most 112 registers, about 112 KiB of shared memory up to D = 256) that two
 CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. An earlier version
 kept two accumulators per consumer to overlap inside one CTA; at 232 registers per thread it fit one CTA per
-SM, and on the H200 it was no faster than one accumulator (notes/perf-log.md, k-means step 4).
+SM, and on the H200 it was no faster than one accumulator (notes/perf-log.md, k-means, session 2;
+notebook 04, section 5).
 
 Scores are ``0.5 * c_sq[k] - dot`` in fp32, the reference's expression (the 0.5 multiply is exact), so
 on inputs whose dot products are exact the answer equals ``kmeans_kernels.reference.assign`` bit for bit.
@@ -154,7 +155,9 @@ class HopperAssign:
         self.chains = reduce.chains_of(self.scan)
         self.broadcast_norms = variant in _BROADCAST_NORMS
         self.block_n = block_n_of(variant)
-        # one CTA per SM leaves no other CTA to overlap with: the two warpgroups take turns instead
+        # wide's 128-register accumulator allows one CTA per SM, which leaves no other CTA to overlap with: its
+        # two warpgroups take turns instead. (The 128-wide variants also run alone on an SM at D > 256; ping-pong
+        # there is not measured, so they keep the plain loop.)
         self.ping_pong = variant == "wide"
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
