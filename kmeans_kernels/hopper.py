@@ -43,6 +43,7 @@ Variants (the tutorial's steps):
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import cuda.bindings.driver as cuda
 import cutlass
@@ -56,7 +57,6 @@ import torch
 from kmeans_kernels import reduce
 from workbook import launch, sass
 
-VARIANTS = ("serial", "ilp2", "norm_broadcast", "wide")
 BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup)
 BLOCK_N = 128          # centroids per tile: the WGMMA N ...
 WIDE_BLOCK_N = 256     # ... and in the "wide" variant
@@ -74,13 +74,28 @@ THREADS = 32 * (CONSUMER_WARPS + 1)
 TURN_BARRIER = 1       # named barriers 1, 2: "warpgroup 0's / 1's turn to issue WGMMA" (0 is __syncthreads)
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_SCAN_OF = {"serial": "serial", "ilp2": "ilp2", "norm_broadcast": "ilp2", "wide": "ilp2"}
-_BROADCAST_NORMS = ("norm_broadcast", "wide")
 
 
-def block_n_of(variant: str) -> int:
-    """Centroids per tile: 256 for "wide", else 128."""
-    return WIDE_BLOCK_N if variant == "wide" else BLOCK_N
+@dataclass(frozen=True)
+class VariantSpec:
+    """What a variant changes in the one kernel: the scan (kmeans_kernels.reduce), where the half norms come
+    from, the tile width, and whether the two consumer warpgroups take turns at the tensor cores."""
+    scan: str
+    broadcast_norms: bool = False
+    block_n: int = BLOCK_N
+    ping_pong: bool = False
+
+
+# One table, in tutorial order. `wide`'s 128-register accumulator allows one CTA per SM, which leaves no other
+# CTA to overlap with, so its warpgroups ping-pong. (The 128-wide variants also run alone on an SM at D > 256;
+# ping-pong there is not measured, so they keep the plain loop.)
+VARIANT_SPECS = {
+    "serial": VariantSpec("serial"),
+    "ilp2": VariantSpec("ilp2"),
+    "norm_broadcast": VariantSpec("ilp2", broadcast_norms=True),
+    "wide": VariantSpec("ilp2", broadcast_norms=True, block_n=WIDE_BLOCK_N, ping_pong=True),
+}
+VARIANTS = tuple(VARIANT_SPECS)
 
 
 def auto_variant(N: int, D: int, K: int) -> str:
@@ -151,14 +166,12 @@ class HopperAssign:
 
     def __init__(self, variant: str, D: int, dtype):
         self.variant = variant
-        self.scan = _SCAN_OF[variant]
+        spec = VARIANT_SPECS[variant]
+        self.scan = spec.scan
         self.chains = reduce.chains_of(self.scan)
-        self.broadcast_norms = variant in _BROADCAST_NORMS
-        self.block_n = block_n_of(variant)
-        # wide's 128-register accumulator allows one CTA per SM, which leaves no other CTA to overlap with: its
-        # two warpgroups take turns instead. (The 128-wide variants also run alone on an SM at D > 256; ping-pong
-        # there is not measured, so they keep the plain loop.)
-        self.ping_pong = variant == "wide"
+        self.broadcast_norms = spec.broadcast_norms
+        self.block_n = spec.block_n
+        self.ping_pong = spec.ping_pong
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
         self.stages = stages_for(D, self.block_n)

@@ -89,11 +89,11 @@ start = src.index("            reduce.merge_chains")
 print("...in HopperAssign.kernel, after the tile loop:\n" + src[start:].rstrip())
 
 # %% [markdown]
-# In the Hopper backend the choice is one table, `hopper._SCAN_OF` (variant → scan), and `chains_of` sizes the
-# winner tensors:
+# In the Hopper backend the choice is one table, `hopper.VARIANT_SPECS` (variant → scan, and what else the
+# variant changes), and `chains_of` sizes the winner tensors:
 
 # %%
-print("hopper._SCAN_OF =", hopper._SCAN_OF)
+print("scan per variant:", {v: spec.scan for v, spec in hopper.VARIANT_SPECS.items()})
 print({scan: reduce.chains_of(scan) for scan in reduce.SCANS})
 
 # %% [markdown]
