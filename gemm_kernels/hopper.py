@@ -60,7 +60,7 @@ import cutlass.memory
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
-from cutlass.cute.runtime import make_fake_stream, make_ptr
+from cutlass.cute.runtime import make_fake_stream
 from cutlass.tensor_utils import LayoutEnum
 
 from workbook import launch
@@ -578,8 +578,7 @@ def _prepare(M: int, N: int, tile, stages, epilogue: str, schedule: str, cluster
 def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, M: int, N: int, K: int, num_items: int,
           num_ctas: int, stream):
     """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
-    def ptr(dtype, addr):
-        return make_ptr(dtype, addr, cute.AddressSpace.gmem, assumed_align=16)
+    ptr = functools.partial(launch.gmem_pointer, align=16)
     bf16 = cutlass.BFloat16
     return (ptr(bf16, a_addr), ptr(bf16, b_addr), ptr(bf16, c_addr), ptr(cutlass.Int32, work_addr),
             *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)

@@ -392,17 +392,18 @@ def _cutlass_dtype(dtype: torch.dtype):
     return {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}[dtype]
 
 
-def _pointer(dtype, address: int, align: int):
-    from cutlass.cute.runtime import make_ptr
-    return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=align)
+def _args(dtype: torch.dtype, x_addr: int, c_addr: int, c_sq_addr: int, out_addr: int, N: int, K: int, stream):
+    """The kernel's arguments: global pointers (x and c 16-byte aligned, for TMA), sizes and a stream."""
+    el = _cutlass_dtype(dtype)
+    return (launch.gmem_pointer(el, x_addr, 16), launch.gmem_pointer(el, c_addr, 16),
+            launch.gmem_pointer(cutlass.Float32, c_sq_addr, 4), launch.gmem_pointer(cutlass.Int32, out_addr, 4),
+            cutlass.Int32(N), cutlass.Int32(K), stream)
 
 
 def _placeholder_args(dtype: torch.dtype):
     """Arguments to compile against: null pointers and zero sizes stand for the runtime values."""
     from cutlass.runtime import make_fake_stream
-    el = _cutlass_dtype(dtype)
-    return (_pointer(el, 0, 16), _pointer(el, 0, 16), _pointer(cutlass.Float32, 0, 4),
-            _pointer(cutlass.Int32, 0, 4), cutlass.Int32(0), cutlass.Int32(0), make_fake_stream())
+    return _args(dtype, 0, 0, 0, 0, 0, 0, make_fake_stream())
 
 
 def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dtype = torch.bfloat16):
@@ -435,10 +436,5 @@ def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out:
     c_sq_addr, out_addr = c_sq.data_ptr(), out.data_ptr()
     N, K = x.shape[0], c.shape[0]
     stream = launch.stream_handle(x.device)
-
-    def args():
-        el = _cutlass_dtype(x.dtype)
-        return (_pointer(el, x_addr, 16), _pointer(el, c_addr, 16), _pointer(cutlass.Float32, c_sq_addr, 4),
-                _pointer(cutlass.Int32, out_addr, 4), cutlass.Int32(N), cutlass.Int32(K), cuda.CUstream(stream))
-
-    _launches(variant, D, x.dtype)((x_addr, c_addr, c_sq_addr, out_addr, N, K, stream), args)
+    addrs = (x_addr, c_addr, c_sq_addr, out_addr, N, K)
+    _launches(variant, D, x.dtype)((*addrs, stream), lambda: _args(x.dtype, *addrs, cuda.CUstream(stream)))

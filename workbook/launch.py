@@ -48,6 +48,14 @@ class LaunchCache:
         return len(self._entries)
 
 
+def gmem_pointer(dtype, address: int, align: int):
+    """A CuTe global-memory pointer of element type `dtype` (a cutlass numeric type) at a raw `address`, which
+    the kernel may assume `align`-byte aligned: what our kernels take instead of framework tensors."""
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_ptr
+    return make_ptr(dtype, address, cute.AddressSpace.gmem, assumed_align=align)
+
+
 def stream_handle(device: torch.device) -> int:
     """The raw handle (an int) of the current CUDA stream of `device`, without building a torch.cuda.Stream
     (which costs several microseconds per call)."""

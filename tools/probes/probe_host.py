@@ -46,12 +46,9 @@ def main():
     assign = lambda: kmeans_kernels.assign(x, c, variant="norm_broadcast", c_sq=c_sq, out=out)
     kernel = kh._launches("norm_broadcast", 128, torch.bfloat16).compiled
     import cuda.bindings.driver as cuda
-    import cutlass
-    el = kh._cutlass_dtype(torch.bfloat16)
     stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-    args = (kh._pointer(el, x.data_ptr(), 16), kh._pointer(el, c.data_ptr(), 16),
-            kh._pointer(cutlass.Float32, c_sq.data_ptr(), 4), kh._pointer(cutlass.Int32, out.data_ptr(), 4),
-            65536, 512, stream)
+    args = kh._args(torch.bfloat16, x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), 65536, 512,
+                    stream)
     exe, adapted = kernel.generate_execution_args(*args)
     torch_assign = lambda: (0.5 * c_sq - (x @ c.t()).float()).argmin(1)
     print("kmeans 65536x128x512, us per call (host, async):")
