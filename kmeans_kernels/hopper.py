@@ -435,6 +435,6 @@ def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out:
             raise ValueError(f"{name} must start on a 16-byte boundary for TMA; its address is {addr:#x}")
     c_sq_addr, out_addr = c_sq.data_ptr(), out.data_ptr()
     N, K = x.shape[0], c.shape[0]
-    stream = launch.stream_handle(x.device)
     addrs = (x_addr, c_addr, c_sq_addr, out_addr, N, K)
-    _launches(variant, D, x.dtype)((*addrs, stream), lambda: _args(x.dtype, *addrs, cuda.CUstream(stream)))
+    _launches(variant, D, x.dtype)(addrs, lambda s: _args(x.dtype, *addrs, cuda.CUstream(s)),
+                                   launch.stream_handle(x.device))

@@ -245,3 +245,38 @@ def test_gpu_input_errors():
         hopper.gemm(a, a[:32].contiguous())
     with pytest.raises(ValueError, match="contiguous"):
         hopper.gemm(a.t(), a)
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("graphs", [True, False])
+def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
+    """A call's launch is marshalled, and by default captured into a CUDA graph, once per argument set and then
+    replayed: inputs edited in place, alternating outputs and a second stream must each still get their own
+    answer, with graphs and without."""
+    from workbook import launch
+    monkeypatch.setattr(launch, "GRAPHS", graphs)
+    hopper._launches.cache_clear()
+    hopper._prepare.cache_clear()
+    M, N, K = 1000, 1032, 520
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    outs = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in range(2)]
+    for i in range(4):
+        out = outs[i % 2].fill_(float("nan"))
+        a[i] = i + 1                                 # in place: same address, new data
+        hopper.gemm(a, b, out=out)
+        torch.cuda.synchronize()
+        assert torch.equal(out, fp32_reference(a, b).to(torch.bfloat16)), f"call {i}"
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        got = hopper.gemm(a, b)
+    side.synchronize()
+    assert torch.equal(got, fp32_reference(a, b).to(torch.bfloat16)), "side stream"
+    entries = list(hopper._prepare(M, N, K, None, None, "register", "balanced", hopper.DEFAULT_CLUSTER_M,
+                                   hopper.BAND_ROWS, a.get_device()).launches._entries.values())
+    kind = launch._GraphLaunch if graphs else launch._DirectLaunch
+    assert entries and all(isinstance(e, kind) for e in entries)
+    hopper._launches.cache_clear()
+    hopper._prepare.cache_clear()

@@ -1,18 +1,19 @@
-"""Where the host time of one call goes (scratch probe, one device call): kmeans assign and the GEMM.
+"""Where the host time of one call goes (scratch probe, one device call): k-means assign and the GEMM.
 
-For each: microseconds per call of the whole Python call (async, no sync), of the compiled function called
-with pre-built arguments, of building the arguments, and a cProfile of 300 calls (top entries by own time).
+For each: microseconds per call (async, no sync) of the whole Python call with the launch cache replaying
+CUDA graphs (the default) and without graphs, of the compiled host code called with pre-built arguments, and
+of torch's own path; then, for the 4096^3 GEMM, the seeds' per-call-synchronised timing and a back-to-back
+timing (no sync between calls), ours with and without graphs beside torch.matmul, interleaved.
     python tools/probes/probe_host.py
 """
-import cProfile
-import pstats
 import time
 
 import torch
 
 import kmeans_kernels
 from gemm_kernels import hopper as gh
-from kmeans_kernels import hopper as kh, reference
+from kmeans_kernels import reference
+from workbook import launch, timing
 
 
 def per_call_us(fn, n=500):
@@ -27,15 +28,29 @@ def per_call_us(fn, n=500):
     return us
 
 
-def profile(name, fn, n=300):
-    prof = cProfile.Profile()
-    prof.enable()
-    for _ in range(n):
-        fn()
-    prof.disable()
+def back_to_back_ms(fn, sets, n=60):
+    for i in range(10):
+        fn(*sets[i % len(sets)])
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     torch.cuda.synchronize()
-    print(f"--- cProfile {name} ({n} calls; tottime is total seconds)")
-    pstats.Stats(prof).sort_stats("tottime").print_stats(18)
+    start.record()
+    for i in range(n):
+        fn(*sets[i % len(sets)])
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / n
+
+
+def graphs(on: bool):
+    """Switch graph capture on or off for the two kernels probed here (their cached launches are dropped)."""
+    from kmeans_kernels import hopper as kh
+    launch.GRAPHS = on
+    caches = [kh._launches("norm_broadcast", 128, torch.bfloat16),
+              gh._prepare(4096, 4096, 4096, None, None, "register", "balanced", gh.DEFAULT_CLUSTER_M,
+                          gh.BAND_ROWS, 0).launches]
+    for cache in caches:
+        cache.graphs = on
+        cache._entries.clear()
 
 
 def main():
@@ -44,40 +59,49 @@ def main():
     c_sq = reference.centroid_norms(c)
     out = torch.empty(65536, dtype=torch.int32, device="cuda")
     assign = lambda: kmeans_kernels.assign(x, c, variant="norm_broadcast", c_sq=c_sq, out=out)
-    kernel = kh._launches("norm_broadcast", 128, torch.bfloat16).compiled
-    import cuda.bindings.driver as cuda
-    stream = cuda.CUstream(torch.cuda.current_stream().cuda_stream)
-    args = kh._args(torch.bfloat16, x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), 65536, 512,
-                    stream)
-    exe, adapted = kernel.generate_execution_args(*args)
-    torch_assign = lambda: (0.5 * c_sq - (x @ c.t()).float()).argmin(1)
     print("kmeans 65536x128x512, us per call (host, async):")
-    for name, fn in (("assign()", assign), ("compiled(prebuilt args)", lambda: kernel(*args)),
-                     ("run_compiled_program(exe args)", lambda: kernel.run_compiled_program(exe)),
-                     ("generate_execution_args", lambda: kernel.generate_execution_args(*args)),
-                     ("torch matmul+argmin", torch_assign)):
-        print(f"  {name:<34} {per_call_us(fn):8.1f}")
-    profile("kmeans assign", assign)
+    for on in (True, False):
+        graphs(on)
+        print(f"  {'assign() graphs ' + ('on' if on else 'off'):<34} {per_call_us(assign):8.1f}")
+    print(f"  {'torch matmul+argmin':<34} {per_call_us(lambda: (0.5 * c_sq - (x @ c.t()).float()).argmin(1)):8.1f}")
 
-    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    n = 4096
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn_like(a)
     o = torch.empty_like(a)
-    g = lambda: gh.gemm(a, b, out=o)
-    g()
-    cfg, plan, work = gh._prepare(4096, 4096, None, None, "register", "balanced", gh.DEFAULT_CLUSTER_M,
-                                  gh.BAND_ROWS, a.device)
-    gk = gh._launches(cfg).compiled
-    gargs = gh._args(a.data_ptr(), b.data_ptr(), o.data_ptr(), work.data_ptr(), 4096, 4096, 4096,
-                     len(plan.items), min(len(plan.items), plan.slots) * cfg.cluster_m, stream)
-    gexe, gad = gk.generate_execution_args(*gargs)
-    print("gemm 4096^3, us per call (host, async):")
-    for name, fn in (("gemm()", g), ("compiled(prebuilt args)", lambda: gk(*gargs)),
-                     ("run_compiled_program(exe args)", lambda: gk.run_compiled_program(gexe)),
-                     ("_args", lambda: gh._args(a.data_ptr(), b.data_ptr(), o.data_ptr(), work.data_ptr(), 4096,
-                                                4096, 4096, 1, 1, stream)),
-                     ("torch.matmul", lambda: torch.matmul(a, b, out=o))):
-        print(f"  {name:<34} {per_call_us(fn):8.1f}")
-    profile("gemm", g)
+    print(f"gemm {n}^3, us per call (host, async):")
+    for on in (True, False):
+        graphs(on)
+        tag = "on" if on else "off"
+        print(f"  {'gemm(out=o) graphs ' + tag:<34} {per_call_us(lambda: gh.gemm(a, b, out=o)):8.1f}")
+        print(f"  {'gemm() graphs ' + tag:<34} {per_call_us(lambda: gh.gemm(a, b)):8.1f}")
+    call = gh._prepare(n, n, n, None, None, "register", "balanced", gh.DEFAULT_CLUSTER_M, gh.BAND_ROWS, 0)
+    import cuda.bindings.driver as cuda
+    stream = torch.cuda.current_stream().cuda_stream
+    args = gh._args(a.data_ptr(), b.data_ptr(), o.data_ptr(), call.work.data_ptr(), *call.sizes, cuda.CUstream(stream))
+    exe, keep = call.launches.compiled.generate_execution_args(*args)
+    print(f"  {'run_compiled_program(exe args)':<34} {per_call_us(lambda: call.launches.compiled.run_compiled_program(exe)):8.1f}")
+    print(f"  {'torch.matmul(out=o)':<34} {per_call_us(lambda: torch.matmul(a, b, out=o)):8.1f}")
+    print(f"  {'torch.matmul':<34} {per_call_us(lambda: torch.matmul(a, b)):8.1f}")
+
+    sets = [(torch.randn(n, n, device="cuda", dtype=torch.bfloat16),
+             torch.randn(n, n, device="cuda", dtype=torch.bfloat16)) for _ in range(3)]
+    graphs(True)
+    print(f"\ngemm {n}^3 timing, ms (median of 30, interleaved rounds) and back to back:")
+    res = timing.bench_interleaved({"torch": torch.matmul, "ours": lambda a, b: gh.gemm(a, b)}, sets, rounds=3)
+    graphs(False)
+    res_off = timing.bench_interleaved({"torch": torch.matmul, "ours graphs off": lambda a, b: gh.gemm(a, b)},
+                                       sets, rounds=3)
+    b2b_off = back_to_back_ms(lambda a, b: gh.gemm(a, b), sets)
+    graphs(True)
+    b2b_on = back_to_back_ms(lambda a, b: gh.gemm(a, b), sets)
+    b2b_torch = back_to_back_ms(torch.matmul, sets)
+    flops = 2 * n ** 3
+    for name, t in (("torch (run 1)", res["torch"]), ("ours graphs on", res["ours"]),
+                    ("torch (run 2)", res_off["torch"]), ("ours graphs off", res_off["ours graphs off"])):
+        print(f"  {name:<20} sync per call {t.ms_median:.4f} ms  {t.tflops(flops):6.1f} TFLOP/s")
+    for name, ms in (("torch", b2b_torch), ("ours graphs on", b2b_on), ("ours graphs off", b2b_off)):
+        print(f"  {name:<20} back to back  {ms:.4f} ms  {flops / ms / 1e9:6.1f} TFLOP/s")
 
 
 if __name__ == "__main__":
