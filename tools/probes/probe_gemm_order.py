@@ -3,7 +3,9 @@
 Times torch.matmul and several configurations of ours *interleaved*, three rounds, synced (the seeds' method)
 and back to back, so that clock drift between consecutive measurements cannot pose as a difference.
     python tools/probes/probe_gemm_order.py > order.csv
+    python tools/probes/probe_gemm_order.py --shapes 8192x8192x8192 --configs torch default "uniform c2 band8" --rounds 5
 """
+import argparse
 import sys
 
 import torch
@@ -23,14 +25,22 @@ CONFIGS = {
 }
 
 
-def main():
+SHAPES = ("4096x4096x4096", "2048x5120x8192", "2560x7168x8192", "2048x6656x8192")
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--shapes", nargs="+", default=SHAPES)
+    p.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS))
+    p.add_argument("--rounds", type=int, default=3)
+    args = p.parse_args(argv)
     print("shape,round,config,synced_ms,b2b_ms")
-    for M, N, K in ((4096, 4096, 4096), (2048, 5120, 8192), (2560, 7168, 8192), (2048, 6656, 8192)):
+    for M, N, K in (map(int, s.split("x")) for s in args.shapes):
         sets = gb.input_sets(M, N, K)
-        fns = {name: torch.matmul if kw is None else (lambda a, b, kw=kw: hopper.gemm(a, b, **kw))
-               for name, kw in CONFIGS.items()}
-        for rnd in range(3):
-            for name, fn in fns.items():
+        fns = {name: torch.matmul if CONFIGS[name] is None else (lambda a, b, kw=CONFIGS[name]: hopper.gemm(a, b, **kw))
+               for name in args.configs}
+        for rnd in range(args.rounds):
+            for name, fn in list(fns.items())[rnd % len(fns):] + list(fns.items())[:rnd % len(fns)]:
                 synced = timing.bench(fn, sets).ms_median
                 print(f"{M}x{N}x{K},{rnd},{name},{synced:.4f},{back_to_back_ms(fn, sets):.4f}", flush=True)
         del sets
