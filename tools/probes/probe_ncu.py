@@ -1,7 +1,8 @@
-"""One call each of torch.matmul (cuBLAS) and our default GEMM inside a profiler window, for Nsight Compute
-(scratch probe). Inputs are made and our kernel compiled before the window opens, so ncu sees two kernels.
-    ncu --clock-control none --profile-from-start off --section SpeedOfLight ... \
-        python tools/probes/probe_ncu.py 16384
+"""torch.matmul (cuBLAS) and configurations of our GEMM inside a profiler window, for Nsight Compute
+(scratch probe). Inputs are made and our kernels compiled before the window opens, so ncu sees one kernel
+per contender, in the order printed to stderr.
+    ncu --clock-control none --profile-from-start off --metrics dram__bytes_read.sum,... \
+        python tools/probes/probe_ncu.py 16384 [band_rows:4 band_rows:16 cluster_m:1 ...]
 """
 import sys
 
@@ -12,16 +13,20 @@ from gemm_kernels import hopper
 
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 16384
+    configs = [{}] + [{k: int(v)} for k, v in (arg.split(":") for arg in sys.argv[2:])]
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    runs = [("torch", lambda: torch.matmul(a, b))] + [
+        (f"ours {kw or 'default'}", lambda kw=kw: hopper.gemm(a, b, **kw)) for kw in configs]
     for _ in range(2):
-        torch.matmul(a, b)
-        hopper.gemm(a, b)
+        for _, fn in runs:
+            fn()
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    torch.matmul(a, b)
-    hopper.gemm(a, b)
-    torch.cuda.synchronize()
+    for name, fn in runs:
+        print(f"profiled: {n}^3 {name}", file=sys.stderr, flush=True)
+        fn()
+        torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
 
 
