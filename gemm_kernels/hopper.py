@@ -577,7 +577,7 @@ class _Call:
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int) -> _Call:
+             device: int, persistent: bool = True) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back."""
     check_shape(M, N, K)
@@ -587,7 +587,8 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
                            cluster_m=cluster_m)
     work = torch.tensor([tuple(t) for t in banded(plan.items, band_rows)], dtype=torch.int32,
                         device=torch.device("cuda", device))
-    sizes = (M, N, K, len(plan.items), min(len(plan.items), plan.slots) * cfg.cluster_m)
+    slots = min(len(plan.items), plan.slots) if persistent else len(plan.items)
+    sizes = (M, N, K, len(plan.items), slots * cfg.cluster_m)
     return _Call(cfg, plan, work, _launches(cfg), sizes)
 
 
@@ -625,7 +626,7 @@ def _check_operand(name: str, t) -> None:
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
-         band_rows: int = BAND_ROWS) -> torch.Tensor:
+         band_rows: int = BAND_ROWS, persistent: bool = True) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
@@ -633,6 +634,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     (gemm_kernels.stages). epilogue: "register" or "staged". schedule: "balanced" or "uniform".
     cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
     band_rows: the L2 raster of the work list (`banded`); 1 keeps the planner's row-major order.
+    persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
     """
     _check_operand("a", a)
     _check_operand("b", b)
@@ -643,7 +645,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     if K != K2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     call = _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
-                    band_rows, device)
+                    band_rows, device, persistent)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     else:

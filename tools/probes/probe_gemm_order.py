@@ -22,6 +22,9 @@ CONFIGS = {
     "uniform c2 band1": dict(schedule="uniform", cluster_m=2, band_rows=1),
     "balanced c2 band1": dict(schedule="balanced", cluster_m=2, band_rows=1),
     "uniform c2 band8": dict(schedule="uniform", cluster_m=2),
+    "band16": dict(band_rows=16),
+    "nonpersistent band8": dict(persistent=False),
+    "nonpersistent band16": dict(persistent=False, band_rows=16),
 }
 
 
