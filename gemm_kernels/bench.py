@@ -24,7 +24,7 @@ REL_TOL = 1e-2
 # Each step of the story, alone: the 4-stage ring with the staged epilogue, the register epilogue at the same
 # depth, the 7-stage ring that fits once the epilogue buffer is gone (on Hopper only with a 128-wide tile:
 # a 128x256x64 stage is 48 KiB, so 4 is the most that fit either way), and the balanced schedule. All but
-# the first walk the work list in bands of 8 tile rows for L2 reuse (hopper.banded); the first keeps the
+# the first walk the work list in bands of tile rows for L2 reuse (hopper.banded); the first keeps the
 # planner's row-major order, to measure that step. The last two pair CTAs along M in clusters of 2 that
 # share each B tile by TMA multicast.
 VARIANTS = {

@@ -18,7 +18,7 @@ One CTA per SM, 384 threads, three warpgroups:
 
 Persistent schedule. The grid is min(#work items, #slots); slot i walks items i, i + slots, i + 2*slots, ...
 of a work list [num_items, 3] int32 = (m0, n0, width) made by the planner (`gemm_kernels.waves.plan`) and
-reordered in bands of 8 tile rows for L2 reuse (`banded`). The "uniform" schedule is every tile at the
+reordered in bands of 16 tile rows for L2 reuse (`banded`). The "uniform" schedule is every tile at the
 widest width; the "balanced" one replaces some wide tiles by narrower ones so that the last wave fills
 the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a pair of CTAs stacked along M: the pair
 runs a 256-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which halves
@@ -460,7 +460,8 @@ def _quad_transpose(w, q):
 # -------------------------------------------------------------------- host API
 
 DEFAULT_TILE = (TILE_M, 256, TILE_K)
-BAND_ROWS = 8         # tile rows per raster band of the work list (see `banded`)
+BAND_ROWS = 16        # tile rows per raster band of the work list (see `banded`); 16 read the fewest DRAM
+                      # bytes of 2..32 at 4096^3, 8192^3 and 16384^3 (ncu, data/measured/h200/probes/ncu_*.txt)
 DEFAULT_CLUSTER_M = 2 # measured best overall on H200 (notes/perf-log.md, "GEMM on H200")
 STAGED_BUFFERS = 2    # staged epilogue: (128 x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
 
