@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cuda.bindings.driver as cuda_driver
 import torch
@@ -74,6 +74,7 @@ EPILOGUES = ("staged", "register")
 SCHEDULES = ("uniform", "balanced")
 ALIGN = 8             # elements: TMA wants 16-byte aligned strides
 THREADS = 384         # producer warpgroup + two consumer warpgroups
+QUEUE_DEPTH = 2       # dynamic schedule: item indices in flight (claimed for the next item / read for this one)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM
 
 
@@ -86,6 +87,7 @@ class Config:
     epilogue: str = "register"
     epi_stages: int = 2   # staged epilogue only: sub-tile buffers in flight
     cluster_m: int = 1    # 2: CTA pairs stacked along M share each B tile by TMA multicast
+    dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
 
     def __post_init__(self):
         if self.epilogue not in EPILOGUES:
@@ -119,8 +121,8 @@ class HopperGemm:
     # ---------------------------------------------------------------- host side (traced once per compile)
     @cute.jit
     def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, c_ptr: cute.Pointer, work_ptr: cute.Pointer,
-                 M: cutlass.Int32, N: cutlass.Int32, K: cutlass.Int32, num_items: cutlass.Int32,
-                 num_ctas: cutlass.Int32, stream):
+                 counter_ptr: cute.Pointer, M: cutlass.Int32, N: cutlass.Int32, K: cutlass.Int32,
+                 num_items: cutlass.Int32, num_ctas: cutlass.Int32, stream):
         # Plain pointers and sizes make the launch cheap on the host (no DLPack per call); the layouts are
         # rebuilt here. K and N are multiples of 8 (checked by the host API), which TMA needs to know.
         k8, n8 = cute.assume(K, divby=ALIGN), cute.assume(N, divby=ALIGN)
@@ -128,6 +130,7 @@ class HopperGemm:
         b = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(1, n8)))   # [K, N] row-major = N-major (N, K)
         c = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(n8, 1)))
         work = cute.make_tensor(work_ptr, cute.make_layout((num_items, 3), stride=(3, 1)))
+        counter = cute.make_tensor(counter_ptr, cute.make_layout(2))   # (next item, clusters done), 0 between launches
         cfg = self.cfg
         bf16 = cutlass.BFloat16
 
@@ -162,12 +165,14 @@ class HopperGemm:
         @cute.struct
         class SharedStorage:
             ring_barriers: cute.struct.MemRange[cutlass.Int64, cfg.stages * 2]
+            queue_barriers: cute.struct.MemRange[cutlass.Int64, QUEUE_DEPTH * 2]
+            queue: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, QUEUE_DEPTH], 16]
             sA: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(a_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(b_layout)], 1024]
             sC: cute.struct.Align[cute.struct.MemRange[bf16, epi_elems], 1024]
 
         self.shared_storage = SharedStorage
-        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work,
+        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter,
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
             grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], cluster=[cfg.cluster_m, 1, 1], min_blocks_per_mp=1,
             stream=stream)
@@ -175,7 +180,7 @@ class HopperGemm:
     # ---------------------------------------------------------------- device side
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
-               tma_c: cute.CopyAtom, mC_tma: cute.Tensor, mC: cute.Tensor, work: cute.Tensor,
+               tma_c: cute.CopyAtom, mC_tma: cute.Tensor, mC: cute.Tensor, work: cute.Tensor, counter: cute.Tensor,
                tiled_mma: cute.TiledMma, narrow_mma: cute.TiledMma,
                a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, epi_layout: cute.ComposedLayout):
         cfg = self.cfg
@@ -208,6 +213,16 @@ class HopperGemm:
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      cfg.cluster_m * self.consumer_threads // 32),
             tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
+        # The dynamic schedule's queue: rank 0's producer warp writes each claimed item index into every CTA of
+        # the cluster (4 bytes, counted by the 'full' barrier); its readers are the 8 consumer warps and the
+        # producer warp of every CTA, and an entry is reused only when all of them have read it.
+        queue_pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.queue_barriers.data_ptr(), num_stages=QUEUE_DEPTH,
+                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     cfg.cluster_m * (self.consumer_threads // 32 + 1)),
+            tx_count=4, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
+        queue = storage.queue.data_ptr()
         pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, 1), is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)   # (128, 64, stages)
@@ -219,8 +234,8 @@ class HopperGemm:
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
             if warp_idx == 0:
-                self.produce(tma_a, mA, tma_b, mB, sA, sB, ring, work, cluster, num_clusters, rank, num_items,
-                             k_blocks)
+                self.produce(tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster,
+                             num_clusters, rank, num_items, k_blocks)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
             ctidx = tidx - 128   # thread index among the 256 consumer threads
@@ -228,16 +243,19 @@ class HopperGemm:
                 sC = storage.sC.get_tensor(epi_layout.outer, swizzle=epi_layout.inner)
             else:
                 sC = None
-            self.consume(tiled_mma, narrow_mma, sA, sB, sC, ring, work, cluster, num_clusters, rank,
-                         num_items, k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC)
+            self.consume(tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, cluster,
+                         num_clusters, rank, num_items, k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC)
 
     @cute.jit
-    def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, cluster, num_clusters, rank, num_items,
-                k_blocks):
+    def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster, num_clusters,
+                rank, num_items, k_blocks):
         """One warp: walk the work list, stream each item's K-blocks of A and B into the ring."""
         cm = self.cfg.cluster_m
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
-        item = cluster
+        claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
+        taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
+        claimed = self.claim(queue_pipe, queue, counter, rank, claimed)
+        item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
             m0, n0 = work[item, 0] + rank * TILE_M, work[item, 1]
             # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
@@ -258,12 +276,18 @@ class HopperGemm:
                 else:
                     cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
                 state.advance()
-            item += num_clusters
+            # the last loads of this item are issued: claim the next one now, while the ring still holds
+            # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
+            claimed = self.claim(queue_pipe, queue, counter, rank, claimed)
+            item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         ring.producer_tail(state)                     # do not exit while TMA writes are in flight
+        if cutlass.const_expr(self.cfg.dynamic):
+            queue_pipe.producer_tail(claimed)         # nor while the other CTA may still release queue entries
+            self.reset_counter(counter, rank, num_clusters)
 
     @cute.jit
-    def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, cluster, num_clusters, rank, num_items,
-                k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC):
+    def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, cluster,
+                num_clusters, rank, num_items, k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC):
         """Two warpgroups: WGMMA over the ring into fp32 registers, then the epilogue, item after item."""
         cfg = self.cfg
         has_narrow = cutlass.const_expr(cfg.narrow_n is not None)
@@ -292,7 +316,8 @@ class HopperGemm:
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.stages)
         tiles_done = cutlass.Int32(0)
 
-        item = cluster
+        taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
+        item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
             m0, n0, width = work[item, 0] + rank * TILE_M, work[item, 1], work[item, 2]
             is_narrow = width < cfg.tile_n
@@ -318,10 +343,55 @@ class HopperGemm:
             else:
                 self.register_epilogue(tiled_mma, acc, mC, m0, n0, width, ctidx)
             tiles_done += 1
-            item += num_clusters
+            item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
 
         if cutlass.const_expr(self.staged):
             epi[-1].producer_tail()
+
+    # ---------------------------------------------------------------- which item next
+    # Static: cluster c runs items c, c + clusters, c + 2 * clusters, ... Dynamic: rank 0's producer warp claims
+    # the next item from a global counter and every warp of the cluster reads it from the queue. Items then
+    # *start* in list order whatever each SM's speed, so the items in flight stay neighbours in the banded
+    # raster; the static walk lets the SMs drift apart over many items, and at 16384^3 read ~2x the DRAM bytes
+    # of one-CTA-per-item launches (ncu, data/measured/h200/probes/ncu_np_16384.txt).
+
+    @cute.jit
+    def claim(self, pipe, queue, counter, rank, claimed):
+        """Producer warp: wait until every reader is done with the next queue entry and arm its barrier for 4
+        bytes; in rank 0, one lane takes a ticket from the counter and stores it into every CTA's entry."""
+        if cutlass.const_expr(self.cfg.dynamic):
+            pipe.producer_acquire(claimed)
+            if rank == 0:
+                if cute.arch.lane_idx() == 0:
+                    ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
+                    for peer in cutlass.range_constexpr(self.cfg.cluster_m):
+                        cute.arch.store_async_dsmem(queue + claimed.index, ticket,
+                                                    pipe.producer_get_barrier(claimed), peer)
+            claimed.advance()
+        return claimed
+
+    @cute.jit
+    def take(self, pipe, queue, item, num_clusters, taken):
+        """Every warp: the item after `item` (num_items or more: none left). `taken` is the queue position."""
+        if cutlass.const_expr(self.cfg.dynamic):
+            pipe.consumer_wait(taken)
+            item = cute.make_tensor(queue, cute.make_layout(QUEUE_DEPTH))[taken.index]
+            pipe.consumer_release(taken)
+            taken.advance()
+        else:
+            item = item + num_clusters
+        return item, taken
+
+    @cute.jit
+    def reset_counter(self, counter, rank, num_clusters):
+        """The last cluster to finish zeroes the counter for the next launch (every cluster has taken its last
+        ticket before it counts itself done, so nobody can read the counter after that)."""
+        if rank == 0:
+            if cute.arch.lane_idx() == 0:
+                done = cute.arch.atomic_add(counter.iterator + 1, cutlass.Int32(1), sem="acq_rel", scope="gpu")
+                if done == num_clusters - 1:
+                    counter[0] = cutlass.Int32(0)
+                    counter[1] = cutlass.Int32(0)
 
     @cute.jit
     def mainloop(self, mma, acc, tCrA, tCrB, ring, read, release, k_blocks):
@@ -520,7 +590,7 @@ def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: in
 
 
 def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-               cluster_m: int = DEFAULT_CLUSTER_M, gpu=None):
+               cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, gpu=None):
     """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
@@ -530,12 +600,13 @@ def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", s
     if stages is not None:
         _stage_budget(tile, epilogue, depth=stages)   # ValueError when that many do not fit
     cfg = Config(tile_n=tile[1], narrow_n=plan.narrow, epilogue=epilogue, epi_stages=STAGED_BUFFERS,
-                 stages=stage_count(tile, epilogue) if stages is None else stages, cluster_m=cluster_m)
+                 stages=stage_count(tile, epilogue) if stages is None else stages, cluster_m=cluster_m,
+                 dynamic=dynamic)
     return cfg, plan
 
 
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-                 cluster_m: int = DEFAULT_CLUSTER_M, arch: str = ARCH, dump_dir=None):
+                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, arch: str = ARCH, dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
     (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
     if arch != ARCH:
@@ -543,8 +614,8 @@ def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="re
     check_shape(M, N, K)
     from workbook import gpus, sass
     cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                        cluster_m=cluster_m, gpu=gpus.H200)
-    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, M, N, K, 1, cluster_m, make_fake_stream()),
+                        cluster_m=cluster_m, dynamic=dynamic, gpu=gpus.H200)
+    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, M, N, K, 1, cluster_m, make_fake_stream()),
                             arch=arch, dump_dir=dump_dir)
 
 
@@ -574,18 +645,28 @@ class _Call:
     work: torch.Tensor    # the banded work list on the device, [items, 3] int32
     launches: launch.LaunchCache
     sizes: tuple          # (M, N, K, items, CTAs): the kernel's size arguments
+    counters: dict = field(default_factory=dict)   # stream -> the dynamic schedule's counter
+
+    def counter(self, stream: int) -> torch.Tensor:
+        """The dynamic schedule's [next item, clusters done] counter for launches on `stream`, zero between
+        launches (the kernel's last cluster resets it). One per stream: launches on one stream never overlap,
+        launches on two streams could."""
+        c = self.counters.get(stream)
+        if c is None:
+            c = self.counters[stream] = torch.zeros(2, dtype=torch.int32, device=self.work.device)
+        return c
 
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int, persistent: bool = True) -> _Call:
+             device: int, persistent: bool = True, dynamic: bool = True) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back."""
     check_shape(M, N, K)
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
     cfg, plan = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                           cluster_m=cluster_m)
+                           cluster_m=cluster_m, dynamic=dynamic)
     work = torch.tensor([tuple(t) for t in banded(plan.items, band_rows)], dtype=torch.int32,
                         device=torch.device("cuda", device))
     slots = min(len(plan.items), plan.slots) if persistent else len(plan.items)
@@ -593,20 +674,20 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
     return _Call(cfg, plan, work, _launches(cfg), sizes)
 
 
-def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, M: int, N: int, K: int, num_items: int,
-          num_ctas: int, stream):
+def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, M: int, N: int, K: int,
+          num_items: int, num_ctas: int, stream):
     """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
     ptr = functools.partial(launch.gmem_pointer, align=16)
     bf16 = cutlass.BFloat16
     return (ptr(bf16, a_addr), ptr(bf16, b_addr), ptr(bf16, c_addr), ptr(cutlass.Int32, work_addr),
-            *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
+            ptr(cutlass.Int32, counter_addr), *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
 
 
 @functools.lru_cache(maxsize=None)
 def _launches(cfg: Config) -> launch.LaunchCache:
     """The kernel for `cfg`, compiled on first use, behind its launch cache. It is shape-generic: one compile
     serves every M, N, K."""
-    dummy = _args(16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
+    dummy = _args(16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
     return launch.LaunchCache(cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}"))
 
 
@@ -627,7 +708,7 @@ def _check_operand(name: str, t) -> None:
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
-         band_rows: int = BAND_ROWS, persistent: bool = True) -> torch.Tensor:
+         band_rows: int = BAND_ROWS, persistent: bool = True, dynamic: bool = True) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
@@ -636,6 +717,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
     band_rows: the L2 raster of the work list (`banded`); 1 keeps the planner's row-major order.
     persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
+    dynamic: persistent CTAs take the next item of the list from a global counter (False: slot i runs items
+    i, i + slots, ...).
     """
     _check_operand("a", a)
     _check_operand("b", b)
@@ -646,7 +729,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     if K != K2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     call = _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
-                    band_rows, device, persistent)
+                    band_rows, device, persistent, dynamic)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     else:
@@ -654,10 +737,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
         if out.shape != (M, N) or out.get_device() != device:
             raise ValueError(f"out must be [{M}, {N}] on {a.device}, got {tuple(out.shape)} on {out.device}")
 
-    addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr())
     # The launch goes to the current device and stream; only switch devices when `a` lives elsewhere
     # (the switch costs host time, which the per-call-synchronised benchmark would count).
     with contextlib.nullcontext() if device == torch.cuda.current_device() else torch.cuda.device(device):
-        call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)),
-                      launch.stream_handle(device))
+        stream = launch.stream_handle(device)
+        addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(), call.counter(stream).data_ptr())
+        call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)), stream)
     return out

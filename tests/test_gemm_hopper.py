@@ -48,7 +48,10 @@ def test_register_epilogue_stores_128_bits_from_registers():
     art = compiled(4096, 4096, 4096, **REGISTER)
     hist = opcodes(art)
     assert count(hist, "STG.E.128") > 0, hist
-    assert count(hist, "STG") == count(hist, "STG.E.128"), "every global store should be 128-bit"
+    # every store of C is 128-bit; the one other global store is the dynamic schedule's counter reset
+    assert count(hist, "STG") - count(hist, "STG.E.128") == 1, hist
+    static = opcodes(compiled(4096, 4096, 4096, dynamic=False, **REGISTER))
+    assert count(static, "STG") == count(static, "STG.E.128"), static
     assert count(hist, "SHFL.BFLY") > 0, "the quad transpose"
     assert count(hist, "STSM") == 0 and count(hist, "STS") == 0 and count(hist, "UTMASTG") == 0
     assert "cp.async.bulk.tensor.2d.global.shared" not in art.ptx      # no TMA store (loads are shared.global)
@@ -60,7 +63,17 @@ def test_staged_epilogue_goes_through_shared_memory_and_tma():
     assert count(hist, "STSM") > 0, hist                       # stmatrix: registers -> shared
     assert count(hist, "UTMASTG") > 0, hist                    # TMA store: shared -> global
     assert "cp.async.bulk.tensor.2d.global.shared" in art.ptx
-    assert count(hist, "STG") == 0
+    assert count(hist, "STG") == count(hist, "STG.E.64") == 1     # no C from registers: only the counter reset
+
+
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_dynamic_schedule_claims_items_and_hands_them_to_the_cluster(cluster_m):
+    """One atomic claim per item plus one to count the cluster done; the claimed index reaches each CTA of the
+    cluster by an async store into its shared memory. The static walk has neither."""
+    kw = dict(REGISTER, cluster_m=cluster_m)
+    dynamic, static = (opcodes(compiled(4096, 4096, 4096, dynamic=d, **kw)) for d in (True, False))
+    assert count(dynamic, "ATOMG.E.ADD") >= 2 and count(dynamic, "STAS") >= cluster_m, dynamic
+    assert count(static, "ATOMG") == 0 and count(static, "STAS") == 0, static
 
 
 def test_cluster_multicasts_b():
@@ -182,6 +195,8 @@ GPU_CONFIGS = {
     "staged-uniform": dict(epilogue="staged", schedule="uniform", cluster_m=1),
     "7-stage-128": dict(tile=(128, 128, 64), stages=7, schedule="balanced", cluster_m=1),
     "cluster2-staged": dict(cluster_m=2, epilogue="staged", schedule="uniform"),
+    "static-walk": dict(dynamic=False),
+    "one-cta-pair-per-item": dict(persistent=False),
 }
 # (M, N, K): tails in every dimension, a single tile, a shape whose balanced plan has narrow items.
 GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024), (2560, 7168, 256)]
@@ -280,3 +295,22 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
     assert entries and all(isinstance(e, kind) for e in entries)
     hopper._launches.cache_clear()
     hopper._prepare.cache_clear()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("M,N,K", [(2048, 5120, 256), (128, 256, 64), (1000, 1032, 520)])
+def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K):
+    """The last cluster out zeroes the item counter, so the next launch (or graph replay) starts at item 0:
+    repeated calls stay exact and the counter reads [0, 0] between them."""
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    want = fp32_reference(a, b).to(torch.bfloat16)
+    for i in range(3):
+        c = hopper.gemm(a, b)
+        torch.cuda.synchronize()
+        assert torch.equal(c, want), f"call {i}"
+    call = hopper._prepare(M, N, K, None, None, "register", "balanced", hopper.DEFAULT_CLUSTER_M, hopper.BAND_ROWS,
+                           a.get_device())
+    assert call.counters and all(c.tolist() == [0, 0] for c in call.counters.values())

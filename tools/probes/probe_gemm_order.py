@@ -18,12 +18,15 @@ CONFIGS = {
     "torch": None,
     "default": {},
     "uniform c1 band1": dict(schedule="uniform", cluster_m=1, band_rows=1),
-    "uniform c1 band8": dict(schedule="uniform", cluster_m=1),
+    "uniform c1 band8": dict(schedule="uniform", cluster_m=1, band_rows=8),
     "uniform c2 band1": dict(schedule="uniform", cluster_m=2, band_rows=1),
     "balanced c2 band1": dict(schedule="balanced", cluster_m=2, band_rows=1),
-    "uniform c2 band8": dict(schedule="uniform", cluster_m=2),
+    "uniform c2 band8": dict(schedule="uniform", cluster_m=2, band_rows=8),
+    "band8": dict(band_rows=8),
     "band16": dict(band_rows=16),
-    "nonpersistent band8": dict(persistent=False),
+    "static band8": dict(dynamic=False, band_rows=8),
+    "static band16": dict(dynamic=False, band_rows=16),
+    "nonpersistent band8": dict(persistent=False, band_rows=8),
     "nonpersistent band16": dict(persistent=False, band_rows=16),
 }
 
