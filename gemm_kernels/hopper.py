@@ -18,7 +18,7 @@ One CTA per SM, 384 threads, three warpgroups:
 
 Persistent schedule. The grid is min(#work items, #slots); slot i walks items i, i + slots, i + 2*slots, ...
 of a work list [num_items, 3] int32 = (m0, n0, width) made by the planner (`gemm_kernels.waves.plan`) and
-reordered in bands of 16 tile rows for L2 reuse (`banded`). The "uniform" schedule is every tile at the
+reordered in bands of tile rows for L2 reuse (`banded`, `band_rows_for`). The "uniform" schedule is every tile at the
 widest width; the "balanced" one replaces some wide tiles by narrower ones so that the last wave fills
 the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a pair of CTAs stacked along M: the pair
 runs a 256-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which halves
@@ -530,8 +530,7 @@ def _quad_transpose(w, q):
 # -------------------------------------------------------------------- host API
 
 DEFAULT_TILE = (TILE_M, 256, TILE_K)
-BAND_ROWS = 16        # tile rows per raster band of the work list (see `banded`); 16 read the fewest DRAM
-                      # bytes of 2..32 at 4096^3, 8192^3 and 16384^3 (ncu, data/measured/h200/probes/ncu_*.txt)
+BAND_A_BYTES = 32 * 2**20   # a band's rows of A (band_rows x 128 x K bf16) must stay in L2 (see `band_rows_for`)
 DEFAULT_CLUSTER_M = 2 # measured best overall on H200 (notes/perf-log.md, "GEMM on H200")
 STAGED_BUFFERS = 2    # staged epilogue: (128 x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
 
@@ -619,7 +618,20 @@ def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="re
                             arch=arch, dump_dir=dump_dir)
 
 
-def banded(items, band_rows: int = BAND_ROWS):
+def band_rows_for(K: int) -> int:
+    """Tile rows per band of the raster: the most of 16, 8, 4, 2, 1 whose rows of A (band_rows x 128 x K bf16)
+    fit in BAND_A_BYTES (32 MiB, about half the H200's L2), so the band's A stays resident while its windows
+    of B stream past. 16 keeps a window of 132 tiles near square (8 x 8 CTA pairs); at K = 16384 it would
+    need 64 MiB of A, and 8 rows read fewer DRAM bytes there. Measured with ncu on the H200, dynamic
+    schedule (data/measured/h200/probes/ncu_dyn_*.txt): 16 rows beat 8 at 4096^3 (146 vs 187 MB) and
+    8192^3 (1.49 vs 1.76 GB); 8 beat 16 at 16384^3 (16.4 vs 19.8 GB, torch.matmul reads 14.8)."""
+    for rows in (16, 8, 4, 2):
+        if rows * TILE_M * K * 2 <= BAND_A_BYTES:
+            return rows
+    return 1
+
+
+def banded(items, band_rows: int):
     """The planner's items with the wide tiles in L2-friendly order; the narrow tail stays last.
 
     Row-major order sends one wave of 132 tiles across ~4 tile rows and *every* column of B: at
@@ -674,6 +686,15 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
     return _Call(cfg, plan, work, _launches(cfg), sizes)
 
 
+def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
+              schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
+              persistent: bool = True, dynamic: bool = True) -> _Call:
+    """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
+    one cached _Call)."""
+    return _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
+                    band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic)
+
+
 def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, M: int, N: int, K: int,
           num_items: int, num_ctas: int, stream):
     """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
@@ -708,14 +729,15 @@ def _check_operand(name: str, t) -> None:
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
-         band_rows: int = BAND_ROWS, persistent: bool = True, dynamic: bool = True) -> torch.Tensor:
+         band_rows: int | None = None, persistent: bool = True, dynamic: bool = True) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
     tile: (128, tile_n, 64), default (128, 256, 64). stages: ring depth, default the most that fit
     (gemm_kernels.stages). epilogue: "register" or "staged". schedule: "balanced" or "uniform".
     cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
-    band_rows: the L2 raster of the work list (`banded`); 1 keeps the planner's row-major order.
+    band_rows: the L2 raster of the work list (`banded`), default `band_rows_for(K)`; 1 keeps the planner's
+    row-major order.
     persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
     dynamic: persistent CTAs take the next item of the list from a global counter (False: slot i runs items
     i, i + slots, ...).
@@ -728,8 +750,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
-    call = _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
-                    band_rows, device, persistent, dynamic)
+    call = _call_for(M, N, K, device, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
+                     cluster_m=cluster_m, band_rows=band_rows, persistent=persistent, dynamic=dynamic)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     else:

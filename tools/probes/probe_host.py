@@ -46,8 +46,7 @@ def graphs(on: bool):
     from kmeans_kernels import hopper as kh
     launch.GRAPHS = on
     caches = [kh._launches("norm_broadcast", 128, torch.bfloat16),
-              gh._prepare(4096, 4096, 4096, None, None, "register", "balanced", gh.DEFAULT_CLUSTER_M,
-                          gh.BAND_ROWS, 0).launches]
+              gh._call_for(4096, 4096, 4096, 0).launches]
     for cache in caches:
         cache.graphs = on
         cache._entries.clear()
@@ -75,7 +74,7 @@ def main():
         tag = "on" if on else "off"
         print(f"  {'gemm(out=o) graphs ' + tag:<34} {per_call_us(lambda: gh.gemm(a, b, out=o)):8.1f}")
         print(f"  {'gemm() graphs ' + tag:<34} {per_call_us(lambda: gh.gemm(a, b)):8.1f}")
-    call = gh._prepare(n, n, n, None, None, "register", "balanced", gh.DEFAULT_CLUSTER_M, gh.BAND_ROWS, 0)
+    call = gh._call_for(n, n, n, 0)
     import cuda.bindings.driver as cuda
     stream = torch.cuda.current_stream().cuda_stream
     args = gh._args(a.data_ptr(), b.data_ptr(), o.data_ptr(), call.work.data_ptr(), call.counter(stream).data_ptr(),
