@@ -639,14 +639,19 @@ def banded(items, band_rows: int):
     `band_rows` tile rows, column by column within a band, makes a wave touch `band_rows` panels of A and
     ~132 / band_rows panels of B. Each slot still runs the same widths in the same order, so the planner's
     prediction is unchanged. band_rows=1 is the planner's own (row-major) order.
+
+    The narrow tail stays last (its items are what make the last wave full) and is banded the same way: the
+    planner lays it out row by row, the last few tile rows of C in narrow columns, and a wave of those in row
+    order would read every column of B from DRAM once per row.
     """
     if band_rows < 1:
         raise ValueError(f"band_rows must be >= 1, got {band_rows}")
+    if band_rows == 1:
+        return list(items)
     wide = max(t.width for t in items)
-    head = [t for t in items if t.width == wide]
-    tail = [t for t in items if t.width != wide]
-    head.sort(key=lambda t: (t.m0 // (TILE_M * band_rows), t.n0, t.m0))   # band_rows counts 128-row CTA rows
-    return head + tail
+    key = lambda t: (t.m0 // (TILE_M * band_rows), t.n0, t.m0)   # band_rows counts 128-row CTA rows
+    return (sorted((t for t in items if t.width == wide), key=key)
+            + sorted((t for t in items if t.width != wide), key=key))
 
 
 @dataclass(frozen=True)

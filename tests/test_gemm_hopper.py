@@ -153,7 +153,10 @@ def test_banded_order_is_a_permutation_that_keeps_the_narrow_tail():
     order = hopper.banded(items, 8)
     assert sorted(order) == sorted(items) and order != items
     n_wide = sum(t.width == 256 for t in items)
-    assert order[n_wide:] == items[n_wide:]                      # narrow tail untouched, still last
+    assert sorted(order[n_wide:]) == sorted(items[n_wide:])      # the narrow tail is still last ...
+    assert {t.width for t in order[n_wide:]} == {192}
+    tail_rows = sorted({t.m0 for t in order[n_wide:]})
+    assert len(tail_rows) > 1 and [t.m0 for t in order[n_wide:n_wide + len(tail_rows)]] == tail_rows   # ... banded
     first_wave = order[:plan.slots]
     assert len({t.m0 for t in first_wave}) == 8                  # one band of 8 tile rows
     with pytest.raises(ValueError):

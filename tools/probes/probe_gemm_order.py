@@ -22,6 +22,7 @@ CONFIGS = {
     "uniform c2 band1": dict(schedule="uniform", cluster_m=2, band_rows=1),
     "balanced c2 band1": dict(schedule="balanced", cluster_m=2, band_rows=1),
     "uniform c2 band8": dict(schedule="uniform", cluster_m=2, band_rows=8),
+    "uniform": dict(schedule="uniform"),
     "band8": dict(band_rows=8),
     "band16": dict(band_rows=16),
     "static band8": dict(dynamic=False, band_rows=8),

@@ -14,7 +14,8 @@ from gemm_kernels import hopper
 def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 16384
     configs = [{}] + [dict(tuple(kv.split(":")) for kv in arg.split(",")) for arg in sys.argv[2:]]
-    configs = [{k: int(v) for k, v in kw.items()} for kw in configs]   # e.g. band_rows:16,persistent:0
+    # e.g. band_rows:16,persistent:0 or schedule:uniform
+    configs = [{k: int(v) if v.isdigit() else v for k, v in kw.items()} for kw in configs]
     a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
     runs = [("torch", lambda: torch.matmul(a, b))] + [
