@@ -16,11 +16,14 @@ One CTA per SM, 384 threads, three warpgroups:
     m64 x tile_n x k16 from shared memory into fp32 registers (128 of them per thread for tile_n = 256),
     then runs the epilogue.
 
-Persistent schedule. The grid is min(#work items, #slots); slot i walks items i, i + slots, i + 2*slots, ...
-of a work list [num_items, 3] int32 = (m0, n0, width) made by the planner (`gemm_kernels.waves.plan`) and
-reordered in bands of tile rows for L2 reuse (`banded`, `band_rows_for`). The "uniform" schedule is every tile at the
-widest width; the "balanced" one replaces some wide tiles by narrower ones so that the last wave fills
-the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a pair of CTAs stacked along M: the pair
+Persistent schedule. The grid is min(#work items, #slots). The work list [num_items, 3] int32 =
+(m0, n0, width) is made by the planner (`gemm_kernels.waves.plan`) and reordered in bands of tile rows for
+L2 reuse (`banded`, `band_rows_for`). Slots take items from it *dynamically*, in list order: the producer
+warp of each slot claims the next index from a global counter and hands it to every warp of the slot
+through a small shared-memory queue (`claim`, `take`), so the items in flight stay neighbours in the raster
+however the SMs drift (`dynamic=False` keeps the static walk: slot i runs items i, i + slots, ...). The
+"uniform" schedule is every tile at the widest width; the "balanced" one replaces some wide tiles by
+narrower ones so that the last wave fills the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a pair of CTAs stacked along M: the pair
 runs a 256-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which halves
 B's traffic from L2. The kernel handles two tile widths:
   * B is always loaded with the wide TMA box, so the producer code and the byte count per stage never

@@ -101,9 +101,11 @@ VARIANTS = tuple(VARIANT_SPECS)
 def auto_variant(N: int, D: int, K: int) -> str:
     """The variant `variant="auto"` runs, from the H200 measurements (data/measured/h200/kmeans_assign.csv,
     notes/perf-log.md): norm_broadcast (128-wide tiles, two CTAs per SM), except "wide" (256-wide tiles,
-    one CTA per SM) where D >= 256 and N fills many waves (N >= 262144), where re-reading the point tile
-    once per 256 centroids instead of 128 pays more than the second CTA's overlap."""
-    return "wide" if D >= 256 and N >= 262144 else "norm_broadcast"
+    one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
+    (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
+    than the second CTA's overlap. At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 %
+    slower there in both full runs that timed it (7f811bc, 7062732), and 4-10 % faster at 65536 x 256 x 4096."""
+    return "wide" if D >= 256 and K >= 4096 else "norm_broadcast"
 
 
 def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:

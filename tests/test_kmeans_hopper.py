@@ -112,8 +112,8 @@ def test_compiled_kernel_fits_its_ctas_per_sm(variant, D):
 def test_auto_variant_is_a_variant():
     for shape in [(1, 16, 1), (65536, 128, 4096), (1 << 20, 256, 4096)]:
         assert hopper.auto_variant(*shape) in VARIANTS
-    assert hopper.auto_variant(1 << 20, 256, 4096) == "wide"
-    assert hopper.auto_variant(65536, 256, 4096) == hopper.auto_variant(1 << 20, 128, 4096) == "norm_broadcast"
+    assert hopper.auto_variant(1 << 20, 256, 4096) == hopper.auto_variant(65536, 256, 4096) == "wide"
+    assert hopper.auto_variant(65536, 256, 512) == hopper.auto_variant(1 << 20, 128, 4096) == "norm_broadcast"
 
 
 # ------------------------------------------------------------------ GPU: answers

@@ -253,8 +253,10 @@ assert {i.opcode.split(".")[1] for i in turns} == {"SYNC", "ARV"}
 
 # %% [markdown]
 # **The number.** The last full run of the 13 seed shapes times every variant, `auto`, and flashlib 0.4.0's kernels
-# (its CuTe DSL kernel autotuned per shape, and its Triton kernel) in one process, in interleaved rounds. `wide`
-# gained its ping-pong after that run; a second run re-timed it at the three largest shapes.
+# (its CuTe DSL kernel autotuned per shape, and its Triton kernel) in one process, in interleaved rounds. `auto`
+# and the variant it runs are one kernel timed twice, so their difference at a shape (up to 5 % in the 7062732 run)
+# is the noise of a single run. In that run `auto` still followed the earlier rule (`wide` only from N = 262144);
+# section 7 shows the rule its numbers led to.
 
 # %%
 def standings(run):

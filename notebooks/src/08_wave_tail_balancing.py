@@ -12,19 +12,23 @@
 # * the seed's re-cutting rule: *g* wide tiles become *g + 1* narrow ones, adding one item and no work;
 # * how `gemm_kernels.waves.plan` derives the seed's three B200 plans from M, N, 74 slots and the allowed
 #   tile widths alone (no table of answers), and why it picks N192 at 4096³ but N224 at 8192³;
-# * on which H200 shapes the same trick should pay (≥ 5 % predicted), and what was measured there.
+# * on which H200 shapes the same trick should pay (≥ 5 % predicted), and what was measured there;
+# * why a persistent GEMM that matches cuBLAS clock for clock can still lose to it: DRAM bytes, power and the
+#   clock, and how handing out tiles dynamically and in L2-sized bands wins that back (section 5).
 #
 # **What runs where.** Everything in sections 1 and 2 is arithmetic and runs on any CPU: the plans are
 # *computed*, with one modelling assumption, stated where it is used. Section 3 puts measurements next to
 # the predictions: the seed's B200 table, and our H200 runs when `data/measured/h200/gemm.csv` holds them.
 
 # %%
+import inspect
+
 import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
 from gemm_kernels import hopper, waves
-from workbook import explore, gpus, plots, pr, records
+from workbook import explore, gpus, ncu, plots, pr, records
 
 pd.set_option("display.width", 160)
 print(gpus.describe())
@@ -240,9 +244,10 @@ display(seed[["size", "before_tflops", "after_tflops", "cublaslt_top8_tflops", "
 
 # %% [markdown]
 # **H200, our kernel.** `python -m gemm_kernels.bench` on an H200 times the Hopper GEMM with the uniform and
-# the balanced schedule on the same inputs and appends the rows to `data/measured/h200/gemm.csv`. Where that
-# file holds both schedules for a shape, the measured gain (uniform median / balanced median − 1) sits next
-# to the prediction for the plans the kernel walked (`hopper.plan_for`, the kernel's own planner call).
+# the balanced schedule on the same inputs and appends the rows to `data/measured/h200/gemm.csv`. Below is the
+# most recent run that timed both schedules of our default configuration (128 × 256 tiles in CTA pairs, so an
+# item is 256 × 256) on at least three shapes: the measured gain (uniform median / balanced median − 1) sits
+# next to the prediction for the plans the kernel walked (`hopper.plan_for`, the kernel's own planner call).
 # Where the planner keeps the uniform plan, both schedules run the *same* work list, so their difference
 # measures nothing but the noise of the measurement itself.
 
@@ -270,13 +275,17 @@ def with_predictions(pairs):
     rows = []
     for row in pairs.itertuples():
         tile_n = int(row.config.split("x")[1])
-        u, b = (hopper.plan_for(int(row.M), int(row.N), tile_n, s, gpus.H200) for s in ("uniform", "balanced"))
+        cluster_m = 2 if row.config.endswith("cluster2") else 1
+        u, b = (hopper.plan_for(int(row.M), int(row.N), tile_n, s, gpus.H200, cluster_m=cluster_m)
+                for s in ("uniform", "balanced"))
         rows.append(dict(same_work_list=u.items == b.items, predicted_gain=u.makespan / b.makespan - 1))
     out = pd.concat([pairs, pd.DataFrame(rows, index=pairs.index)], axis=1)
     out["measured_gain"] = out.uniform_median / out.balanced_median - 1
     return out
 
 
+DEFAULT_PAIR = [("ours", "128x256x64 s4 register uniform cluster2"), ("ours", "128x256x64 s4 register balanced cluster2")]
+measured = records.last_run(measured, DEFAULT_PAIR, min_shapes=3) if not measured.empty else measured
 pairs = schedule_pairs(measured)
 if pairs.empty:
     why = "does not exist yet" if not records.path("h200", "gemm").exists() else \
@@ -285,8 +294,7 @@ if pairs.empty:
                      f"only. On an H200, `make bench-gemm` records them; re-run this notebook after."))
 else:
     pairs = with_predictions(pairs)
-    when = ", ".join(sorted(measured["date"].astype(str).unique()))
-    print(f"measured on {', '.join(measured['gpu'].unique())} ({when}): {source}")
+    print(f"measured: {source} ({explore.provenance_text(measured)})")
     ms = "{:.3f}".format
     display(pairs.assign(
         uniform_ms=[f"{ms(a)} ({ms(lo)}-{ms(hi)})" for a, lo, hi in
@@ -389,7 +397,160 @@ else:
 # move by several percent (2560 × 7168 × 8192 read 101 % of torch in the benchmark run and 112 % in the sweep,
 # `gemm.csv` and `gemm_sweep.csv` of commit 8967d93). The map's large-scale pattern is what it shows reliably: our
 # 256 × 256 cluster tiles lose where the grid is small (few waves, where cuBLAS's choice of tile shapes matters
-# most), and hold their own or win where the grid is large.
+# most), and hold their own or win where the grid is large. The map above is the latest sweep (commit 9f89ee8,
+# after section 5's dynamic schedule); the sweep before it (8967d93, static walk) had a median of 98 % and 68
+# shapes at or above 100 %, against 102 % and 116 here.
+
+# %% [markdown]
+# ## 5. The last few percent: DRAM bytes, power and the clock
+#
+# After balancing, our kernel still trailed cuBLAS by 2–5 % at 16384³, where the wave tail is 0.3 % of the
+# run and cannot be the reason. The question was answered by measuring, not by guessing. First, clocks:
+# `tools/probes/probe_clocks.py` ran each kernel back to back for 3 s while `nvidia-smi` sampled the SM
+# clock and the board power (the kernel then was the static walk of section 3, commit a1f3516):
+
+# %%
+PROBES = records.DATA / "measured" / "h200" / "probes"
+
+
+def clock_run(name):
+    """Per shape and kernel, the means of a probe_clocks.py output: TFLOP/s, MHz, W, TFLOP/s per GHz."""
+    runs = pd.read_csv(PROBES / name, sep=r"\s+").rename(columns={"TFLOP/s/GHz": "per_GHz"})
+    return runs.groupby(["shape", "kernel"])[["TFLOP/s", "MHz", "W", "per_GHz"]].mean().unstack("kernel")
+
+
+clock_runs = {"static walk (a1f3516)": clock_run("gemm_clocks.txt"),
+              "dynamic schedule (7062732)": clock_run("gemm_clocks_after.txt")}
+fig, axes = plt.subplots(1, 3, figsize=(11, 3.2), layout="constrained", sharey=True)
+for ax, (col, label) in zip(axes, (("MHz", "SM clock"), ("per_GHz", "work per clock (TFLOP/s per GHz)"),
+                                   ("TFLOP/s", "TFLOP/s"))):
+    ratio = pd.DataFrame({run: 100 * (by[col]["ours"] / by[col]["torch"] - 1) for run, by in clock_runs.items()})
+    ratio.plot.bar(ax=ax, rot=0, color=[plots.IDLE, plots.GAIN], width=0.7, legend=ax is axes[0])
+    ax.axhline(0, color="k", lw=0.8)
+    ax.set_xlabel("M = N = K")
+    ax.set_title(f"{label}: ours vs cuBLAS", fontsize="medium")
+axes[0].set_ylabel("ours / torch.matmul - 1 (%)")
+axes[0].legend(fontsize="small", frameon=False, title="our kernel", title_fontsize="small")
+plots.caption(axes[0], "data/measured/h200/probes/gemm_clocks{,_after}.txt (tools/probes/probe_clocks.py)")
+plt.show()
+display(pd.concat(clock_runs, names=["run"]).round(0))
+
+# %% [markdown]
+# Grey bars first (the static walk). Both kernels hold the board at its power cap (about 690 W). Ours does
+# 3–4 % *more* work per clock at 8192³ and 16384³, and still did not win, because the chip gave it 3–4 % *less*
+# clock. At a power cap that is the rule, not an accident: watts = work per second x energy per unit of work, so
+# the throughput a kernel gets is the cap divided by its energy per flop, and more work per clock just buys a
+# lower clock. To be faster at the cap, a kernel must spend less energy per flop. Nsight Compute named where
+# ours spent more (`ncu --metrics dram__bytes_read.sum,...` around one call of each,
+# `tools/probes/probe_ncu.py`): at 16384³ our kernel read **1.8 times the DRAM bytes** cuBLAS did (27 against
+# 16 GB, L2 hit rate 48 % against 68 %). Each profile below ran in its own process, and cuBLAS's own bytes move
+# between them (12–16 GB), so each bar is our bytes over cuBLAS's *in the same profile*:
+
+# %%
+STEPS = [  # (what, probe file, contender as the probe printed it) - each file's "default" is the kernel of its day
+    ("static walk, bands of 8 rows (session 2)", "ncu_bytes_16384.txt", "16384^3 ours default"),
+    ("static walk, bands of 32 rows", "ncu_bytes_16384.txt", "16384^3 ours {'band_rows': 32}"),
+    ("static walk, no CTA pairs (no multicast)", "ncu_bytes_16384.txt", "16384^3 ours {'cluster_m': 1}"),
+    ("one CTA pair per item, hardware order", "ncu_np_16384.txt", "16384^3 ours {'persistent': 0}"),
+    ("static walk, bands of 16 rows", "ncu_dyn_16384.txt", "16384^3 ours {'dynamic': 0}"),
+    ("dynamic schedule, bands of 16", "ncu_dyn_16384.txt", "16384^3 ours default"),
+    ("dynamic schedule, bands of 8", "ncu_dyn_16384.txt", "16384^3 ours {'band_rows': 8}"),
+    ("dynamic, bands of 8, banded tail (default now)", "ncu_tail_16384.txt", "16384^3 ours default"),
+]
+rows = []
+for what, name, contender in STEPS:
+    prof = ncu.read(PROBES / name).set_index("contender")
+    ours, cublas = prof.loc[contender], prof.loc["16384^3 torch"]
+    rows.append(dict(step=what, file=name, dram_GB=ours["dram__bytes_read.sum"],
+                     vs_cublas=ours["dram__bytes_read.sum"] / cublas["dram__bytes_read.sum"],
+                     clock_GHz=ours["sm__cycles_elapsed.avg.per_second"],
+                     cublas_clock_GHz=cublas["sm__cycles_elapsed.avg.per_second"],
+                     time_vs_cublas=ours["gpu__time_duration.sum"] / cublas["gpu__time_duration.sum"]))
+dram = pd.DataFrame(rows)
+fig, ax = plt.subplots(figsize=(8.5, 3.8), layout="constrained")
+colors = [plots.GAIN if w.startswith("dynamic") else plots.IDLE for w in dram.step]
+ax.barh(dram.step[::-1], dram.vs_cublas[::-1], color=colors[::-1])
+ax.axvline(1.0, color="k", ls="--", lw=1)
+for y, (v, t) in enumerate(zip(dram.vs_cublas[::-1], dram.time_vs_cublas[::-1])):
+    ax.annotate(f"{v:.2f}x bytes, {t:.2f}x time", (v, y), xytext=(4, -3), textcoords="offset points",
+                fontsize="x-small")
+ax.set_xlabel("DRAM bytes read / cuBLAS's in the same profile (16384³)")
+ax.set_xlim(0, dram.vs_cublas.max() * 1.35)
+ax.set_title("Where our 16384³ GEMM's extra power went, and what brought it back", fontsize="medium")
+plots.caption(ax, "data/measured/h200/probes/ncu_{bytes,np,dyn,tail}_16384.txt (ncu, --clock-control none)")
+plt.show()
+display(dram.round(3))
+
+# %% [markdown]
+# Three things in that picture:
+#
+# * **The raster matters, but is not the whole story.** Bands of 32 tile rows read less than bands of 8, yet a
+#   static walk stays at 1.7–2x. Its items are dealt out in advance: slot *i* runs items *i*, *i* + 66, … .
+#   Over 63 items per slot the SMs drift apart, so after a while the items *in flight* are no longer
+#   neighbours in the raster, and the L2 cannot serve one item's panels to the next.
+# * **Launching one CTA pair per item** lets the hardware hand out items in order, which keeps the items in
+#   flight together: the bytes fall to 1.2x, at the price of a pipeline fill and a launch per item.
+# * **A dynamic schedule** gets the same order without giving up persistence. Rank 0's producer warp claims
+#   the next item from a global counter when it has issued the current item's last loads (so the claim's
+#   round trip hides behind the `stages` K-blocks still in the ring), and stores the index straight into the
+#   shared memory of both CTAs of its pair (`st.async`, counted by an mbarrier); every warp reads it there:
+
+# %%
+print(inspect.getsource(hopper.HopperGemm.claim))
+print(inspect.getsource(hopper.HopperGemm.take))
+
+# %% [markdown]
+# With dynamic order, the band height decides how much of A a window shares. A band's rows of A must stay in
+# L2 while its windows of B stream past; `band_rows_for` keeps them within 32 MiB (16 rows up to K = 8192,
+# 8 at 16384). The planner's narrow tail, laid out row by row across every column of B, is now banded too.
+
+# %%
+print(inspect.getsource(hopper.band_rows_for))
+
+# %% [markdown]
+# **What it bought.** The blue bars of the clock figure above are the same probe on the final kernel: at 16384³
+# the clock gap to cuBLAS halved (−4.3 % → −2.1 %) while the work per clock stayed 3 % ahead, so at the power
+# cap ours now runs slightly faster (−0.9 % → +0.7 % TFLOP/s). At 4096³ the gap narrowed but remains (−3.6 % →
+# −1.7 %). The benchmark's method gives the same picture. Same-run ratios, cuBLAS's time over ours, from
+# `tools/probes/probe_gemm_order.py`: ten rounds that alternate the two kernels, per call synchronised (the
+# seeds' method) and back to back:
+
+# %%
+rounds = pd.read_csv(PROBES / "gemm_squares_10_rounds.csv")
+wide = rounds.pivot_table(index=["shape", "round"], columns="config", values=["synced_ms", "b2b_ms"])
+ratio = pd.DataFrame({m: 100 * wide[m]["torch"] / wide[m]["default"] for m in ("synced_ms", "b2b_ms")})
+summary = ratio.groupby(level=0).agg(["median", "min", "max"]).round(1)
+summary.columns = [f"{'synced' if m == 'synced_ms' else 'back to back'}: {s}" for m, s in summary.columns]
+print("% of torch.matmul's speed, 10 rounds, commit 7062732: data/measured/h200/probes/gemm_squares_10_rounds.csv")
+display(summary)
+
+# %% [markdown]
+# And on the shapes where our uniform tiling leaves a poor last wave: the four most recent runs of our default
+# against `torch.matmul` (the benchmark's `gemm.csv` and the sweep's `gemm_sweep.csv`, one column per run, oldest
+# first; each run is one commit), shapes timed in at least three of them. Where cuBLAS is weak, our balanced
+# tiles stay ahead run after run.
+
+# %%
+DEFAULT = "128x256x64 s4 register balanced cluster2"
+both = pd.concat([records.read("h200", "gemm").assign(table="bench"),
+                  records.read("h200", "gemm_sweep").assign(table="sweep")])
+both = both[(both.kernel == "torch") | (both.variant == DEFAULT)]
+recent = (both.groupby(["commit", "table"]).date.max().sort_values().index[-4:])   # the four latest runs
+both = both.set_index(["commit", "table"]).loc[list(recent)].reset_index()
+runs = both.pivot_table(index=["M", "N", "K", "commit", "table"], columns="kernel", values="ms_median",
+                        aggfunc="last").dropna()
+runs["pct"] = 100 * runs["torch"] / runs["ours"]
+fills = {(m, n): hopper.plan_for(m, n, 256, "uniform", gpus.H200, cluster_m=2).last_wave_fill
+         for m, n, *_ in runs.index}
+runs = runs.reset_index()
+runs["last_wave_fill"] = [fills[m, n] for m, n in zip(runs.M, runs.N)]
+poor = runs[(runs.last_wave_fill < 0.5) & (runs.K == 8192)]
+table = poor.pivot_table(index=["M", "N", "K", "last_wave_fill"], columns=["commit", "table"], values="pct")
+table = table.reindex(columns=[c for c in recent if c in table.columns])
+table = table[table.notna().sum(axis=1) >= 3]
+display(table.round(0).style.format("{:.0f}", na_rep="").background_gradient(cmap="RdBu", vmin=80, vmax=120))
+print(f"poor-last-wave shapes at or above 105 % in every one of these runs that timed them: "
+      + ", ".join(f"{m}x{n}x{k}" for (m, n, k, _), r in table.iterrows() if (r.dropna().round() >= 105).all()))
 
 # %% [markdown]
 # ## Take-aways
@@ -404,6 +565,9 @@ else:
 #   section 2; for the others it predicts a few percent at most, about what narrower tiles can lose in
 #   efficiency. The prediction is an upper bound: section 3 shows how the measurements compare, and how
 #   large their own noise is.
+# * Once the tail is fixed, the next limit on the H200 is power: at its 690 W cap, every DRAM byte costs clock.
+#   A persistent kernel must keep the tiles *in flight* close together in the raster; handing them out
+#   dynamically, in bands whose A fits in L2, brought our DRAM bytes from 1.8x cuBLAS's to 1.07x.
 #
 # The planner: `gemm_kernels/waves.py`; its tests: `tests/test_waves.py`. The stage arithmetic that the
 # register epilogue pays into is `gemm_kernels/stages.py`.

@@ -1,0 +1,52 @@
+"""workbook.ncu: metric tables of an `ncu --metrics` text report, paired with the probe's `profiled:` lines."""
+import pytest
+
+from workbook import ncu, records
+
+REPORT = """==PROF== Connected to process 1
+profiled: 4096^3 torch
+profiled: 4096^3 ours default
+  nvjet_sm90_tst_192x192 (2, 66, 1)x(384, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: Command line profiler metrics
+    --------------------------------- ----------- ------------
+    Metric Name                       Metric Unit Metric Value
+    --------------------------------- ----------- ------------
+    dram__bytes_read.sum                    Mbyte       148.41
+    gpu__time_duration.sum                     us       179.01
+    sm__cycles_elapsed.avg.per_second         Mhz     1,570.00
+    --------------------------------- ----------- ------------
+
+  kernel_cutlass_gemm_0 (132, 1, 1)x(384, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: Command line profiler metrics
+    dram__bytes_read.sum                    Gbyte         1.25
+    gpu__time_duration.sum                     ms         1.39
+    sm__cycles_elapsed.avg.per_second         Ghz         1.59
+"""
+
+
+def test_units_are_normalised_and_rows_follow_the_probe_order(tmp_path):
+    path = tmp_path / "r.txt"
+    path.write_text(REPORT)
+    df = ncu.read(path)
+    assert df.contender.tolist() == ["4096^3 torch", "4096^3 ours default"]
+    assert df.kernel.tolist() == ["nvjet_sm90_tst_192x192", "kernel_cutlass_gemm_0"]
+    assert df["dram__bytes_read.sum"].tolist() == pytest.approx([0.14841, 1.25])        # GB
+    assert df["gpu__time_duration.sum"].tolist() == pytest.approx([0.17901, 1.39])      # ms
+    assert df["sm__cycles_elapsed.avg.per_second"].tolist() == pytest.approx([1.57, 1.59])   # GHz, "1,570" read
+
+
+def test_a_report_whose_counts_differ_is_refused(tmp_path):
+    path = tmp_path / "r.txt"
+    path.write_text(REPORT.replace("profiled: 4096^3 torch\n", ""))
+    with pytest.raises(ValueError, match="1 'profiled:' lines but 2 kernels"):
+        ncu.read(path)
+
+
+def test_the_recorded_profiles_read_whole():
+    probes = records.DATA / "measured" / "h200" / "probes"
+    files = sorted(probes.glob("ncu_*_*.txt"))
+    assert files
+    for f in files:
+        df = ncu.read(f)
+        assert df.contender.str.endswith(" torch").sum() == 1, f                    # cuBLAS once per profile
+        assert (df["dram__bytes_read.sum"] > 0).all() and (df["gpu__time_duration.sum"] > 0).all()
