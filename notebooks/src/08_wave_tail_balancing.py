@@ -485,7 +485,7 @@ display(dram.round(3))
 # Three things in that picture:
 #
 # * **The raster matters, but is not the whole story.** Bands of 32 tile rows read less than bands of 8, yet a
-#   static walk stays at 1.7–2x. Its items are dealt out in advance: slot *i* runs items *i*, *i* + 66, … .
+#   static walk stays at 1.6–1.8x. Its items are dealt out in advance: slot *i* runs items *i*, *i* + 66, … .
 #   Over 63 items per slot the SMs drift apart, so after a while the items *in flight* are no longer
 #   neighbours in the raster, and the L2 cannot serve one item's panels to the next.
 # * **Launching one CTA pair per item** lets the hardware hand out items in order, which keeps the items in
