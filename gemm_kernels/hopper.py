@@ -355,8 +355,9 @@ class HopperGemm:
     # Static: cluster c runs items c, c + clusters, c + 2 * clusters, ... Dynamic: rank 0's producer warp claims
     # the next item from a global counter and every warp of the cluster reads it from the queue. Items then
     # *start* in list order whatever each SM's speed, so the items in flight stay neighbours in the banded
-    # raster; the static walk lets the SMs drift apart over many items, and at 16384^3 read ~2x the DRAM bytes
-    # of one-CTA-per-item launches (ncu, data/measured/h200/probes/ncu_np_16384.txt).
+    # raster; the static walk lets the SMs drift apart over many items, and at 16384^3 read 1.6x the DRAM bytes
+    # of one-CTA-per-item launches (ncu, data/measured/h200/probes/ncu_np_16384.txt; the dynamic schedule with
+    # `band_rows_for`: ncu_dyn_16384.txt).
 
     @cute.jit
     def claim(self, pipe, queue, counter, rank, claimed):
