@@ -23,9 +23,9 @@ warp of each slot claims the next index from a global counter and hands it to ev
 through a small shared-memory queue (`claim`, `take`), so the items in flight stay neighbours in the raster
 however the SMs drift (`dynamic=False` keeps the static walk: slot i runs items i, i + slots, ...). The
 "uniform" schedule is every tile at the widest width; the "balanced" one replaces some wide tiles by
-narrower ones so that the last wave fills the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a pair of CTAs stacked along M: the pair
-runs a 256-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which halves
-B's traffic from L2. The kernel handles two tile widths:
+narrower ones so that the last wave fills the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a
+pair of CTAs stacked along M: the pair runs a 256-row item, each CTA TMA-loads half of the shared B tile and
+multicasts it to both, which halves B's traffic from L2. The kernel handles two tile widths:
   * B is always loaded with the wide TMA box, so the producer code and the byte count per stage never
     change; a narrow item just ignores the columns it does not own (they are real data or TMA's zero fill);
   * the consumers issue a narrower WGMMA (a second TiledMma, compile-time N = narrow width) over the first
@@ -221,7 +221,7 @@ class HopperGemm:
         # producer warp of every CTA, and an entry is reused only when all of them have read it.
         queue_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.queue_barriers.data_ptr(), num_stages=QUEUE_DEPTH,
-                producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      cfg.cluster_m * (self.consumer_threads // 32 + 1)),
             tx_count=4, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)

@@ -284,7 +284,7 @@ def with_predictions(pairs):
     return out
 
 
-DEFAULT_PAIR = [("ours", "128x256x64 s4 register uniform cluster2"), ("ours", "128x256x64 s4 register balanced cluster2")]
+DEFAULT_PAIR = [("ours", f"128x256x64 s4 register {schedule} cluster2") for schedule in ("uniform", "balanced")]
 measured = records.last_run(measured, DEFAULT_PAIR, min_shapes=3) if not measured.empty else measured
 pairs = schedule_pairs(measured)
 if pairs.empty:
