@@ -130,6 +130,24 @@ def test_cuda_events_on_gpu():
         timing.bench(lambda a: a, sets, clock=time.perf_counter)
 
 
+def test_back_to_back_refuses_bad_counts():
+    with pytest.raises(ValueError, match="calls"):
+        timing.back_to_back(lambda: None, [()], calls=0)
+    with pytest.raises(ValueError, match="warmup"):
+        timing.back_to_back(lambda: None, [()], calls=1, warmup=-1)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_back_to_back_rotates_sets_and_times_every_call():
+    sets = [(torch.randn(1024, 1024, device="cuda", dtype=torch.bfloat16),) for _ in range(3)]
+    seen = []
+    gpu_ms, host_ms = timing.back_to_back(lambda a: seen.append(a.data_ptr()) or a @ a, sets, calls=7, warmup=2)
+    ptrs = [a.data_ptr() for (a,) in sets]
+    assert seen == [ptrs[i % 3] for i in range(2)] + [ptrs[i % 3] for i in range(7)]
+    assert gpu_ms > 0 and host_ms > 0
+
+
 class DriftingGpu:
     """Every call takes 1 ms more fake time than the one before: a chip that slows down as it works."""
 

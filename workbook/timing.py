@@ -114,6 +114,28 @@ def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: i
                   samples=tuple(samples), clock=CUDA_EVENTS if on_gpu else PERF_COUNTER)
 
 
+def back_to_back(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], calls: int, warmup: int = 10
+                 ) -> tuple[float, float]:
+    """(GPU ms per call, host ms per call) of `calls` calls launched back to back, with no synchronisation between
+    them, after `warmup` calls: the kernel's own time, without the host time the seeds' method counts (`bench`).
+    Input sets rotate as in `bench`. CUDA only; the probes in tools/probes/ compare the two methods with it."""
+    _check_count("calls", calls, 1)
+    _check_count("warmup", warmup, 0)
+    n = len(input_sets)
+    for i in range(warmup):
+        fn(*input_sets[i % n])
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0 = time.perf_counter()
+    start.record()
+    for i in range(calls):
+        fn(*input_sets[i % n])
+    host_ms = (time.perf_counter() - t0) * 1e3 / calls
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / calls, host_ms
+
+
 def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequence[Sequence[Any]], rounds: int = 3,
                       warmup: int = 10, iters: int = 30, *, clock: Callable[[], float] | None = None
                       ) -> dict[str, Timing]:

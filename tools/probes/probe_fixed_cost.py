@@ -16,7 +16,6 @@ seeds' 1M x 128 x 4096 point. Prints CSV to stdout. Budget: about 2-3 minutes of
     python probe_fixed_cost.py > probe.csv
 """
 import sys
-import time
 
 import torch
 
@@ -44,22 +43,6 @@ def contenders():
     return out
 
 
-def back_to_back_ms(fn, sets, calls=200):
-    n = len(sets)
-    for i in range(10):
-        fn(*sets[i % n])
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0 = time.perf_counter()
-    start.record()
-    for i in range(calls):
-        fn(*sets[i % n])
-    host_ms = (time.perf_counter() - t0) * 1e3 / calls
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / calls, host_ms
-
-
 def shapes():
     for D in (64, 128):
         for K in (512, 1024, 2048, 4096, 8192, 16384):
@@ -80,7 +63,7 @@ def main():
                 for x, c, c_sq in kb.input_sets(N, D, K)]
         for name, fn in todo:
             synced = timing.bench(fn, sets).ms_median
-            b2b, host = back_to_back_ms(fn, sets)
+            b2b, host = timing.back_to_back(fn, sets, calls=200)
             print(f"{sweep},{name},{N},{D},{K},{-(-K // 128)},{synced:.4f},{b2b:.4f},{host:.4f}", flush=True)
         del sets
     return 0

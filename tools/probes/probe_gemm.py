@@ -14,16 +14,8 @@ SHAPES = [(4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384), (8448, 
 
 
 def back_to_back_ms(fn, sets, calls=50):
-    for i in range(5):
-        fn(*sets[i % len(sets)])
-    torch.cuda.synchronize()
-    s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    s.record()
-    for i in range(calls):
-        fn(*sets[i % len(sets)])
-    e.record()
-    e.synchronize()
-    return s.elapsed_time(e) / calls
+    """The probes' back-to-back time: 50 calls after 5 warm-up calls (workbook.timing.back_to_back)."""
+    return timing.back_to_back(fn, sets, calls, warmup=5)[0]
 
 
 def cublas_kernel(a, b):

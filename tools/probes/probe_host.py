@@ -28,19 +28,6 @@ def per_call_us(fn, n=500):
     return us
 
 
-def back_to_back_ms(fn, sets, n=60):
-    for i in range(10):
-        fn(*sets[i % len(sets)])
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    torch.cuda.synchronize()
-    start.record()
-    for i in range(n):
-        fn(*sets[i % len(sets)])
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / n
-
-
 def graphs(on: bool):
     """Switch graph capture on or off for the two kernels probed here (their cached launches are dropped)."""
     from kmeans_kernels import hopper as kh
@@ -92,10 +79,10 @@ def main():
     graphs(False)
     res_off = timing.bench_interleaved({"torch": torch.matmul, "ours graphs off": lambda a, b: gh.gemm(a, b)},
                                        sets, rounds=3)
-    b2b_off = back_to_back_ms(lambda a, b: gh.gemm(a, b), sets)
+    b2b_off = timing.back_to_back(lambda a, b: gh.gemm(a, b), sets, calls=60)[0]
     graphs(True)
-    b2b_on = back_to_back_ms(lambda a, b: gh.gemm(a, b), sets)
-    b2b_torch = back_to_back_ms(torch.matmul, sets)
+    b2b_on = timing.back_to_back(lambda a, b: gh.gemm(a, b), sets, calls=60)[0]
+    b2b_torch = timing.back_to_back(torch.matmul, sets, calls=60)[0]
     flops = 2 * n ** 3
     for name, t in (("torch (run 1)", res["torch"]), ("ours graphs on", res["ours"]),
                     ("torch (run 2)", res_off["torch"]), ("ours graphs off", res_off["ours graphs off"])):
