@@ -680,9 +680,10 @@ class _Call:
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int, persistent: bool = True, dynamic: bool = True) -> _Call:
+             device: int, persistent: bool, dynamic: bool) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
-    (planning is Python, milliseconds; the compile is seconds): a call then only reads this back."""
+    (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
+    through `_call_for`, which passes every option in one form, so equal options share one cache entry."""
     check_shape(M, N, K)
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")

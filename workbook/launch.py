@@ -143,9 +143,7 @@ def capture_graph(launch_on: Callable[[int], None]):
 
 
 def graph_launch(graph_exec, stream: int) -> None:
-    err, = cuda.cuGraphLaunch(graph_exec, stream)
-    if err != _SUCCESS:
-        raise RuntimeError(f"cuGraphLaunch failed: {err}")
+    _check(cuda.cuGraphLaunch(graph_exec, stream), "cuGraphLaunch")
 
 
 def graph_destroy(graph_exec) -> None:
