@@ -44,6 +44,8 @@ VARIANTS = {
                                                     schedule="uniform", cluster_m=2),
     "128x256x64 s4 register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
                                                      schedule="balanced", cluster_m=2),
+    "128x256x64 s4 deferred register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
+                                                              schedule="balanced", cluster_m=2, defer_epilogue=True),
 }
 SQUARE = (4096, 8192, 16384)
 DEFAULT_VARIANT = "128x256x64 s4 register balanced cluster2"     # what gemm_kernels.gemm runs by default

@@ -91,6 +91,7 @@ class Config:
     epi_stages: int = 2   # staged epilogue only: sub-tile buffers in flight
     cluster_m: int = 1    # 2: CTA pairs stacked along M share each B tile by TMA multicast
     dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
+    defer_epilogue: bool = False   # register epilogue: store item j's C while item j+1's first WGMMAs run
 
     def __post_init__(self):
         if self.epilogue not in EPILOGUES:
@@ -110,6 +111,8 @@ class Config:
             raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
         if self.stages < 2:
             raise ValueError(f"stages must be >= 2, got {self.stages}")
+        if self.defer_epilogue and self.epilogue != "register":
+            raise ValueError("defer_epilogue needs the register epilogue")
 
 
 class HopperGemm:
@@ -319,11 +322,19 @@ class HopperGemm:
         release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, cfg.stages)
         tiles_done = cutlass.Int32(0)
 
+        defer = cutlass.const_expr(cfg.defer_epilogue)
+        if cutlass.const_expr(defer):
+            # C of the previous item, as bf16 pairs, stored while this item's first K-block is in the tensor cores
+            words = cute.make_rmem_tensor((cfg.tile_n // 32, 2, 4), cutlass.Int32)
+            prev_m0, prev_n0, prev_width = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(0)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
             m0, n0, width = work[item, 0] + rank * TILE_M, work[item, 1], work[item, 2]
             is_narrow = width < cfg.tile_n
+            pending = None
+            if cutlass.const_expr(defer):
+                pending = (tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)
 
             acc.fill(0.0)
             tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
@@ -332,21 +343,28 @@ class HopperGemm:
             warpgroup.fence()
             if cutlass.const_expr(has_narrow):
                 if is_narrow:
-                    read, release = self.mainloop(narrow_mma, acc_narrow, tNrA, tNrB, ring, read, release, k_blocks)
+                    read, release = self.mainloop(narrow_mma, acc_narrow, tNrA, tNrB, ring, read, release, k_blocks,
+                                                  pending)
                 else:
-                    read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_blocks)
+                    read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_blocks,
+                                                  pending)
             else:
-                read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_blocks)
+                read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_blocks, pending)
             warpgroup.wait_group(0)
             ring.consumer_release(release)
             release.advance()
 
             if cutlass.const_expr(self.staged):
                 self.staged_epilogue(epi, acc, sC, tma_c, mC_tma, m0, n0, width, tiles_done, warp_idx)
+            elif cutlass.const_expr(defer):
+                self.pack_accumulator(acc, words)        # the accumulator is free again; C waits in `words`
+                prev_m0, prev_n0, prev_width = m0, n0, width
             else:
                 self.register_epilogue(tiled_mma, acc, mC, m0, n0, width, ctidx)
             tiles_done += 1
             item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
+        if cutlass.const_expr(defer):
+            self.store_words(tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)   # the last item's C
 
         if cutlass.const_expr(self.staged):
             epi[-1].producer_tail()
@@ -398,13 +416,22 @@ class HopperGemm:
                     counter[1] = cutlass.Int32(0)
 
     @cute.jit
-    def mainloop(self, mma, acc, tCrA, tCrB, ring, read, release, k_blocks):
+    def mainloop(self, mma, acc, tCrA, tCrB, ring, read, release, k_blocks, pending=None):
         """The K loop of one item at one tile width; returns the advanced ring positions.
 
         One copy per width, chosen once per item: a width branch *inside* this loop makes ptxas close the
         WGMMA group at the join and insert an empty one, so `wait_group(1)` would wait on the k-block just
-        issued (notes/gemm-vs-cutlass.md)."""
-        for kb in range(k_blocks):
+        issued (notes/gemm-vs-cutlass.md). `pending`: the previous item's C (`store_words` arguments), stored
+        once the first K-block's WGMMAs are issued, so the stores overlap them."""
+        first = 0
+        if cutlass.const_expr(pending is not None):
+            ring.consumer_wait(read)              # the first K-block, peeled: C of the last item goes out
+            self.mma_k_block(mma, acc, tCrA, tCrB, read.index)   # while its WGMMAs run
+            warpgroup.commit_group()
+            read.advance()
+            self.store_words(*pending)
+            first = 1
+        for kb in range(first, k_blocks):
             ring.consumer_wait(read)              # slot full: the TMA bytes have landed
             self.mma_k_block(mma, acc, tCrA, tCrB, read.index)
             warpgroup.commit_group()
@@ -475,33 +502,48 @@ class HopperGemm:
     # ---------------------------------------------------------------- epilogue 2: registers -> global
     @cute.jit
     def register_epilogue(self, tiled_mma, acc, mC, m0, n0, width, ctidx):
-        """128-bit stores straight from registers.
+        """128-bit stores straight from registers: the accumulator packed to bf16 pairs, then stored.
 
         WGMMA leaves lane q of each quad (q = lane % 4) with columns 8g + 2q and 8g + 2q + 1 of every
         8-column group g, at rows r and r + 8. Four adjacent groups (32 columns) are thus a 4x4 matrix of
         32-bit bf16 pairs spread over the quad, one row per lane; transposing it with two butterfly
         shuffles (xor 1, xor 2) leaves lane q with all 8 columns of group 4j + q: one 16-byte store.
         """
+        words = cute.make_rmem_tensor((self.cfg.tile_n // 32, 2, 4), cutlass.Int32)
+        self.pack_accumulator(acc, words)
+        self.store_words(tiled_mma, words, mC, m0, n0, width, ctidx)
+
+    @cute.jit
+    def pack_accumulator(self, acc, words):
+        """words[j, h, t]: the bf16 pair this thread holds in column group 4j + t, row half h."""
+        block = cute.make_rmem_tensor((2, 2, 4), cutlass.Float32)      # (pair, row half, group) of 32 cols
+        block_bf16 = cute.make_rmem_tensor((2, 2, 4), cutlass.BFloat16)
+        for j in cutlass.range_constexpr(self.cfg.tile_n // 32):
+            for h in cutlass.range_constexpr(2):
+                for t in cutlass.range_constexpr(4):
+                    for p in cutlass.range_constexpr(2):
+                        block[p, h, t] = acc[(p, h, 4 * j + t), 0, 0]
+            block_bf16.store(block.load().to(cutlass.BFloat16))
+            packed = cute.recast_tensor(block_bf16, cutlass.Int32)      # (1, 2, 4): word (h, t)
+            for h in cutlass.range_constexpr(2):
+                for t in cutlass.range_constexpr(4):
+                    words[j, h, t] = packed[0, h, t]
+
+    @cute.jit
+    def store_words(self, tiled_mma, words, mC, m0, n0, width, ctidx):
+        """The quad transpose and one 16-byte store per (32 columns, row half); only the first `width` columns,
+        only inside C."""
         cfg = self.cfg
         M, N = mC.shape
         ldc = mC.stride[0]
-        lane = ctidx % 32
-        q = lane % 4
+        q = ctidx % 4
         # The (row, col) of this thread's value (0, h, g) comes from the MMA's own partition of the tile.
         coords = tiled_mma.get_slice(ctidx).partition_C(cute.make_identity_tensor((TILE_M, cfg.tile_n)))
-        block = cute.make_rmem_tensor((2, 2, 4), cutlass.Float32)      # (pair, row half, group) of 32 cols
-        block_bf16 = cute.make_rmem_tensor((2, 2, 4), cutlass.BFloat16)
         out = cute.make_rmem_tensor((4,), cutlass.Int32)
         for j in cutlass.range_constexpr(cfg.tile_n // 32):
             if j * 32 < width:
                 for h in cutlass.range_constexpr(2):
-                    for t in cutlass.range_constexpr(4):
-                        for p in cutlass.range_constexpr(2):
-                            block[p, h, t] = acc[(p, h, 4 * j + t), 0, 0]
-                block_bf16.store(block.load().to(cutlass.BFloat16))
-                words = cute.recast_tensor(block_bf16, cutlass.Int32)   # (1, 2, 4): word (h, t)
-                for h in cutlass.range_constexpr(2):
-                    w = _quad_transpose([words[0, h, 0], words[0, h, 1], words[0, h, 2], words[0, h, 3]], q)
+                    w = _quad_transpose([words[j, h, 0], words[j, h, 1], words[j, h, 2], words[j, h, 3]], q)
                     row_in_tile, col0 = coords[(0, h, 4 * j), 0, 0]
                     row = m0 + row_in_tile
                     col = n0 + (col0 - 2 * q) + 8 * q        # first column of group 4j + q
@@ -593,7 +635,7 @@ def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: in
 
 
 def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-               cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, gpu=None):
+               cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False, gpu=None):
     """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
@@ -604,12 +646,13 @@ def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", s
         _stage_budget(tile, epilogue, depth=stages)   # ValueError when that many do not fit
     cfg = Config(tile_n=tile[1], narrow_n=plan.narrow, epilogue=epilogue, epi_stages=STAGED_BUFFERS,
                  stages=stage_count(tile, epilogue) if stages is None else stages, cluster_m=cluster_m,
-                 dynamic=dynamic)
+                 dynamic=dynamic, defer_epilogue=defer_epilogue)
     return cfg, plan
 
 
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, arch: str = ARCH, dump_dir=None):
+                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
+                 arch: str = ARCH, dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
     (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
     if arch != ARCH:
@@ -617,7 +660,7 @@ def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="re
     check_shape(M, N, K)
     from workbook import gpus, sass
     cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                        cluster_m=cluster_m, dynamic=dynamic, gpu=gpus.H200)
+                        cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, gpu=gpus.H200)
     return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, M, N, K, 1, cluster_m, make_fake_stream()),
                             arch=arch, dump_dir=dump_dir)
 
@@ -680,7 +723,7 @@ class _Call:
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int, persistent: bool, dynamic: bool) -> _Call:
+             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
     through `_call_for`, which passes every option in one form, so equal options share one cache entry."""
@@ -688,7 +731,7 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
     cfg, plan = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                           cluster_m=cluster_m, dynamic=dynamic)
+                           cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue)
     work = torch.tensor([tuple(t) for t in banded(plan.items, band_rows)], dtype=torch.int32,
                         device=torch.device("cuda", device))
     slots = min(len(plan.items), plan.slots) if persistent else len(plan.items)
@@ -698,11 +741,11 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
 
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
               schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
-              persistent: bool = True, dynamic: bool = True) -> _Call:
+              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool = False) -> _Call:
     """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
     one cached _Call)."""
     return _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
-                    band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic)
+                    band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic, defer_epilogue)
 
 
 def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, M: int, N: int, K: int,
@@ -739,7 +782,8 @@ def _check_operand(name: str, t) -> None:
 
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
-         band_rows: int | None = None, persistent: bool = True, dynamic: bool = True) -> torch.Tensor:
+         band_rows: int | None = None, persistent: bool = True, dynamic: bool = True,
+         defer_epilogue: bool = False) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
@@ -750,7 +794,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     row-major order.
     persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
     dynamic: persistent CTAs take the next item of the list from a global counter (False: slot i runs items
-    i, i + slots, ...).
+    i, i + slots, ...). defer_epilogue: (register epilogue) store each item's C while the next item's first
+    K-block is in the tensor cores.
     """
     _check_operand("a", a)
     _check_operand("b", b)
@@ -761,7 +806,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     if K != K2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     call = _call_for(M, N, K, device, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                     cluster_m=cluster_m, band_rows=band_rows, persistent=persistent, dynamic=dynamic)
+                     cluster_m=cluster_m, band_rows=band_rows, persistent=persistent, dynamic=dynamic,
+                     defer_epilogue=defer_epilogue)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     else:

@@ -200,6 +200,8 @@ GPU_CONFIGS = {
     "cluster2-staged": dict(cluster_m=2, epilogue="staged", schedule="uniform"),
     "static-walk": dict(dynamic=False),
     "one-cta-pair-per-item": dict(persistent=False),
+    "deferred-epilogue": dict(defer_epilogue=True),
+    "deferred-epilogue-balanced-c1": dict(defer_epilogue=True, cluster_m=1),
 }
 # (M, N, K): tails in every dimension, a single tile, a shape whose balanced plan has narrow items.
 GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024), (2560, 7168, 256)]
@@ -325,3 +327,21 @@ def test_band_keeps_its_rows_of_a_within_the_l2_budget():
         assert rows in (1, 2, 4, 8, 16)
         assert rows == 1 or rows * hopper.TILE_M * K * 2 <= hopper.BAND_A_BYTES
         assert rows == 16 or 2 * rows * hopper.TILE_M * K * 2 > hopper.BAND_A_BYTES   # the most that fit
+
+
+def test_deferred_epilogue_stores_while_the_next_items_first_wgmmas_run():
+    """With defer_epilogue the stores of item j sit between item j+1's first HGMMAs and the K loop's, with no
+    WGMMA wait in between (they overlap the tensor cores), plus one more copy after the loop for the last item;
+    nothing spills and no WGMMA wait is added."""
+    base = compiled(4096, 4096, 4096, **REGISTER)
+    art = compiled(4096, 4096, 4096, defer_epilogue=True, **REGISTER)
+    hist, ref = opcodes(art), opcodes(base)
+    assert count(hist, "STG.E.128") == 2 * count(ref, "STG.E.128") and count(hist, "LDL") == count(hist, "STL") == 0
+    assert count(hist, "WARPGROUP.DEPBAR") == count(ref, "WARPGROUP.DEPBAR")   # no WGMMA wait added
+    ops = [i.opcode for i in sass.instructions(art.sass)]
+    first = next(i for i, op in enumerate(ops) if op.startswith("HGMMA"))
+    store = next(i for i, op in enumerate(ops) if op == "STG.E.128" and i > first)
+    following = next(i for i, op in enumerate(ops) if op.startswith("HGMMA") and i > store)
+    between = ops[first:following]
+    assert sum(op == "STG.E.128" for op in between) == count(ref, "STG.E.128")
+    assert not any(op.startswith("WARPGROUP.DEPBAR") for op in between)
