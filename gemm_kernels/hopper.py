@@ -336,12 +336,9 @@ class HopperGemm:
             if cutlass.const_expr(defer):
                 pending = (tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)
 
-            acc.fill(0.0)
-            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)   # the K loop zeroes the accumulator first
             if cutlass.const_expr(has_narrow):
                 narrow_mma.set(warpgroup.Field.ACCUMULATE, True)
-            warpgroup.fence()
-            if cutlass.const_expr(has_narrow):
                 if is_narrow:
                     read, release = self.mainloop(narrow_mma, acc_narrow, tNrA, tNrB, ring, read, release, k_blocks,
                                                   pending)
@@ -350,7 +347,6 @@ class HopperGemm:
                                                   pending)
             else:
                 read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_blocks, pending)
-            warpgroup.wait_group(0)
             ring.consumer_release(release)
             release.advance()
 
@@ -422,7 +418,14 @@ class HopperGemm:
         One copy per width, chosen once per item: a width branch *inside* this loop makes ptxas close the
         WGMMA group at the join and insert an empty one, so `wait_group(1)` would wait on the k-block just
         issued (notes/gemm-vs-cutlass.md). `pending`: the previous item's C (`store_words` arguments), stored
-        once the first K-block's WGMMAs are issued, so the stores overlap them."""
+        once the first K-block's WGMMAs are issued, so the stores overlap them.
+
+        The loop zeroes its own width's accumulator and waits for its last WGMMA group itself: zeroing all of it
+        before the width branch, or waiting after the join, let ptxas see other instructions define accumulator
+        registers inside a WGMMA group, and it then serialized every WGMMA (warnings C7511/C7515; the first
+        deferred-epilogue build ran 8-30 % slower; test_wgmmas_are_not_serialized)."""
+        acc.fill(0.0)
+        warpgroup.fence()
         first = 0
         if cutlass.const_expr(pending is not None):
             ring.consumer_wait(read)              # the first K-block, peeled: C of the last item goes out
@@ -441,6 +444,7 @@ class HopperGemm:
             if kb > 0:
                 ring.consumer_release(release)
                 release.advance()
+        warpgroup.wait_group(0)
         return read, release
 
     @cute.jit
