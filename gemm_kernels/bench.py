@@ -29,26 +29,33 @@ REL_TOL = 1e-2
 # share each B tile by TMA multicast.
 VARIANTS = {
     "128x256x64 s4 register uniform rowmajor": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", band_rows=1, cluster_m=1),
+                                                    schedule="uniform", band_rows=1, cluster_m=1, stream_k=False),
     "128x256x64 s4 staged uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1),
+        dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1, stream_k=False),
     "128x256x64 s4 register uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False),
     "128x128x64 s6 staged uniform":
-        dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1),
+        dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1, stream_k=False),
     "128x128x64 s7 register uniform":
-        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1),
+        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False),
     "128x256x64 s4 register balanced":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1, stream_k=False),
     "128x256x64 s4 register uniform cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", cluster_m=2),
+                                                    schedule="uniform", cluster_m=2, stream_k=False),
     "128x256x64 s4 register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                     schedule="balanced", cluster_m=2),
+                                                     schedule="balanced", cluster_m=2, stream_k=False),
     "128x256x64 s4 deferred register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                              schedule="balanced", cluster_m=2, defer_epilogue=True),
+                                                              schedule="balanced", cluster_m=2, defer_epilogue=True,
+                                                              stream_k=False),
+    # stream-K where `hopper.stream_k_pays` (4096^3 among the defaults); elsewhere the same kernel as above
+    "128x256x64 s4 register balanced cluster2 stream-k": dict(tile=(128, 256, 64), stages=4, epilogue="register",
+                                                              schedule="balanced", cluster_m=2, stream_k=None),
+    "128x256x64 s4 deferred register balanced cluster2 stream-k": dict(
+        tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=2, defer_epilogue=True,
+        stream_k=None),
 }
 SQUARE = (4096, 8192, 16384)
-DEFAULT_VARIANT = "128x256x64 s4 register balanced cluster2"     # what gemm_kernels.gemm runs by default
+DEFAULT_VARIANT = "128x256x64 s4 register balanced cluster2 stream-k"   # what gemm_kernels.gemm runs by default
 SWEEP_SIDES = range(2048, 8193, 512)
 SWEEP_K = 8192
 

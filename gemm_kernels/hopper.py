@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 from dataclasses import dataclass, field
 
 import cuda.bindings.driver as cuda_driver
@@ -79,6 +80,10 @@ ALIGN = 8             # elements: TMA wants 16-byte aligned strides
 THREADS = 384         # producer warpgroup + two consumer warpgroups
 QUEUE_DEPTH = 2       # dynamic schedule: item indices in flight (claimed for the next item / read for this one)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM
+# A work-list row is one or two segments (two with stream-K) of SEGMENT_COLS int32 each:
+# (m0, n0, width, first K-block, K-blocks, role, flag, slot-or-count); a segment with 0 K-blocks is absent.
+SEGMENT_COLS = 8
+WHOLE, CONTRIBUTE, FINISH = 0, 1, 2   # roles: all of K -> C; a partial sum -> the workspace; add them -> C
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,7 @@ class Config:
     cluster_m: int = 1    # 2: CTA pairs stacked along M share each B tile by TMA multicast
     dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
     defer_epilogue: bool = False   # register epilogue: store item j's C while item j+1's first WGMMAs run
+    stream_k: bool = False         # the last partial wave's items are split along K over every slot
 
     def __post_init__(self):
         if self.epilogue not in EPILOGUES:
@@ -113,6 +119,14 @@ class Config:
             raise ValueError(f"stages must be >= 2, got {self.stages}")
         if self.defer_epilogue and self.epilogue != "register":
             raise ValueError("defer_epilogue needs the register epilogue")
+        if self.stream_k and self.narrow_n is not None:
+            raise ValueError("stream_k splits uniform tiles; a balanced plan with narrow tiles fills its last wave "
+                             "already")
+
+    @property
+    def segments(self) -> int:
+        """Segments per work-list row: a stream-K unit may end one item and start the next."""
+        return 2 if self.stream_k else 1
 
 
 class HopperGemm:
@@ -127,7 +141,8 @@ class HopperGemm:
     # ---------------------------------------------------------------- host side (traced once per compile)
     @cute.jit
     def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, c_ptr: cute.Pointer, work_ptr: cute.Pointer,
-                 counter_ptr: cute.Pointer, M: cutlass.Int32, N: cutlass.Int32, K: cutlass.Int32,
+                 counter_ptr: cute.Pointer, partials_ptr: cute.Pointer, M: cutlass.Int32, N: cutlass.Int32,
+                 K: cutlass.Int32,
                  num_items: cutlass.Int32, num_ctas: cutlass.Int32, stream):
         # Plain pointers and sizes make the launch cheap on the host (no DLPack per call); the layouts are
         # rebuilt here. K and N are multiples of 8 (checked by the host API), which TMA needs to know.
@@ -135,8 +150,11 @@ class HopperGemm:
         a = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(k8, 1)))
         b = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(1, n8)))   # [K, N] row-major = N-major (N, K)
         c = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(n8, 1)))
-        work = cute.make_tensor(work_ptr, cute.make_layout((num_items, 3), stride=(3, 1)))
-        counter = cute.make_tensor(counter_ptr, cute.make_layout(2))   # (next item, clusters done), 0 between launches
+        row = SEGMENT_COLS * self.cfg.segments
+        work = cute.make_tensor(work_ptr, cute.make_layout((num_items, row), stride=(row, 1)))
+        # (next item, clusters done, stream-K flags...), all 0 between launches
+        counter = cute.make_tensor(counter_ptr, cute.make_layout(2))
+        partials = cute.make_tensor(partials_ptr, cute.make_layout(1))   # stream-K workspace (fp32), by pointer
         cfg = self.cfg
         bf16 = cutlass.BFloat16
 
@@ -178,7 +196,7 @@ class HopperGemm:
             sC: cute.struct.Align[cute.struct.MemRange[bf16, epi_elems], 1024]
 
         self.shared_storage = SharedStorage
-        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter,
+        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials,
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
             grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], cluster=[cfg.cluster_m, 1, 1], min_blocks_per_mp=1,
             stream=stream)
@@ -187,7 +205,7 @@ class HopperGemm:
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
                tma_c: cute.CopyAtom, mC_tma: cute.Tensor, mC: cute.Tensor, work: cute.Tensor, counter: cute.Tensor,
-               tiled_mma: cute.TiledMma, narrow_mma: cute.TiledMma,
+               partials: cute.Tensor, tiled_mma: cute.TiledMma, narrow_mma: cute.TiledMma,
                a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, epi_layout: cute.ComposedLayout):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
@@ -233,7 +251,6 @@ class HopperGemm:
 
         sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)   # (128, 64, stages)
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)   # (tile_n, 64, stages)
-        k_blocks = cute.ceil_div(mA.shape[1], TILE_K)
 
         pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, 1))
 
@@ -241,7 +258,7 @@ class HopperGemm:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
             if warp_idx == 0:
                 self.produce(tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster,
-                             num_clusters, rank, num_items, k_blocks)
+                             num_clusters, rank, num_items)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
             ctidx = tidx - 128   # thread index among the 256 consumer threads
@@ -249,13 +266,13 @@ class HopperGemm:
                 sC = storage.sC.get_tensor(epi_layout.outer, swizzle=epi_layout.inner)
             else:
                 sC = None
-            self.consume(tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, cluster,
-                         num_clusters, rank, num_items, k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC)
+            self.consume(tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, partials,
+                         cluster, num_clusters, rank, num_items, ctidx, warp_idx, tma_c, mC_tma, mC)
 
     @cute.jit
     def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster, num_clusters,
-                rank, num_items, k_blocks):
-        """One warp: walk the work list, stream each item's K-blocks of A and B into the ring."""
+                rank, num_items):
+        """One warp: walk the work list, stream each segment's K-blocks of A and B into the ring."""
         cm = self.cfg.cluster_m
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
@@ -263,25 +280,29 @@ class HopperGemm:
         claimed = self.claim(queue_pipe, queue, counter, rank, claimed)
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
-            m0, n0 = work[item, 0] + rank * TILE_M, work[item, 1]
-            # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
-            gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (TILE_M, TILE_K), (0, None))
-            gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
-            tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
-                                               cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
-            # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
-            tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
-                                               cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-            for kb in range(k_blocks):
-                ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
-                full = ring.producer_get_barrier(state)
-                cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
-                if cutlass.const_expr(cm > 1):
-                    cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full,
-                              mcast_mask=cutlass.Int16((1 << cm) - 1))
-                else:
-                    cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
-                state.advance()
+            for seg in range(self.cfg.segments):
+                col = seg * SEGMENT_COLS
+                m0, n0 = work[item, col] + rank * TILE_M, work[item, col + 1]
+                k0, k_count = work[item, col + 3], work[item, col + 4]
+                # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
+                gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (TILE_M, TILE_K), (0, None))
+                gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
+                tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                                   cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+                # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
+                tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
+                                                   cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+                for i in range(k_count):
+                    kb = k0 + i
+                    ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
+                    full = ring.producer_get_barrier(state)
+                    cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
+                    if cutlass.const_expr(cm > 1):
+                        cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full,
+                                  mcast_mask=cutlass.Int16((1 << cm) - 1))
+                    else:
+                        cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
+                    state.advance()
             # the last loads of this item are issued: claim the next one now, while the ring still holds
             # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
             claimed = self.claim(queue_pipe, queue, counter, rank, claimed)
@@ -292,9 +313,9 @@ class HopperGemm:
             self.reset_counter(counter, rank, num_clusters)
 
     @cute.jit
-    def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, cluster,
-                num_clusters, rank, num_items, k_blocks, ctidx, warp_idx, tma_c, mC_tma, mC):
-        """Two warpgroups: WGMMA over the ring into fp32 registers, then the epilogue, item after item."""
+    def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, partials,
+                cluster, num_clusters, rank, num_items, ctidx, warp_idx, tma_c, mC_tma, mC):
+        """Two warpgroups: WGMMA over the ring into fp32 registers, then the epilogue, segment after segment."""
         cfg = self.cfg
         has_narrow = cutlass.const_expr(cfg.narrow_n is not None)
         # WGMMA partitions shared memory per warpgroup; registers per thread.
@@ -330,34 +351,46 @@ class HopperGemm:
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
-            m0, n0, width = work[item, 0] + rank * TILE_M, work[item, 1], work[item, 2]
-            is_narrow = width < cfg.tile_n
-            pending = None
-            if cutlass.const_expr(defer):
-                pending = (tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)
+            for seg in range(cfg.segments):
+                col = seg * SEGMENT_COLS
+                m0, n0, width = work[item, col] + rank * TILE_M, work[item, col + 1], work[item, col + 2]
+                k_count = work[item, col + 4]
+                if k_count > 0:
+                    is_narrow = width < cfg.tile_n
+                    pending = None
+                    if cutlass.const_expr(defer):
+                        pending = (tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)
 
-            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)   # the K loop zeroes the accumulator first
-            if cutlass.const_expr(has_narrow):
-                narrow_mma.set(warpgroup.Field.ACCUMULATE, True)
-                if is_narrow:
-                    read, release = self.mainloop(narrow_mma, acc_narrow, tNrA, tNrB, ring, read, release, k_blocks,
-                                                  pending)
-                else:
-                    read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_blocks,
-                                                  pending)
-            else:
-                read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_blocks, pending)
-            ring.consumer_release(release)
-            release.advance()
+                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)   # the K loop zeroes the accumulator first
+                    if cutlass.const_expr(has_narrow):
+                        narrow_mma.set(warpgroup.Field.ACCUMULATE, True)
+                        if is_narrow:
+                            read, release = self.mainloop(narrow_mma, acc_narrow, tNrA, tNrB, ring, read, release,
+                                                          k_count, pending)
+                        else:
+                            read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_count,
+                                                          pending)
+                    else:
+                        read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_count,
+                                                      pending)
+                    ring.consumer_release(release)
+                    release.advance()
 
-            if cutlass.const_expr(self.staged):
-                self.staged_epilogue(epi, acc, sC, tma_c, mC_tma, m0, n0, width, tiles_done, warp_idx)
-            elif cutlass.const_expr(defer):
-                self.pack_accumulator(acc, words)        # the accumulator is free again; C waits in `words`
-                prev_m0, prev_n0, prev_width = m0, n0, width
-            else:
-                self.register_epilogue(tiled_mma, acc, mC, m0, n0, width, ctidx)
-            tiles_done += 1
+                    to_c = cutlass.Boolean(True)
+                    if cutlass.const_expr(cfg.stream_k):
+                        to_c = self.settle(acc, work[item, col + 5], work[item, col + 6], work[item, col + 7],
+                                           counter, partials, rank, ctidx)
+                    if to_c:
+                        if cutlass.const_expr(self.staged):
+                            self.staged_epilogue(epi, acc, sC, tma_c, mC_tma, m0, n0, width, tiles_done, warp_idx)
+                        elif cutlass.const_expr(defer):
+                            self.pack_accumulator(acc, words)    # the accumulator is free again; C waits in `words`
+                            prev_m0, prev_n0, prev_width = m0, n0, width
+                        else:
+                            self.register_epilogue(tiled_mma, acc, mC, m0, n0, width, ctidx)
+                        tiles_done += 1
+                    elif cutlass.const_expr(defer):
+                        prev_width = cutlass.Int32(0)            # stored in this segment's first K-block already
             item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         if cutlass.const_expr(defer):
             self.store_words(tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)   # the last item's C
@@ -410,6 +443,52 @@ class HopperGemm:
                 if done == num_clusters - 1:
                     counter[0] = cutlass.Int32(0)
                     counter[1] = cutlass.Int32(0)
+
+    # ---------------------------------------------------------------- stream-K: partial sums between slots
+    @cute.jit
+    def settle(self, acc, role, flag, arg, counter, partials, rank, ctidx):
+        """After a segment's K loop: True if `acc` now holds the item's whole sum, to be written to C.
+
+        CONTRIBUTE: store this warpgroup's fp32 partial in workspace slot `arg`, then count it on flag `flag`.
+        FINISH: wait until `arg` partials are counted on `flag`, add them (slots flag .. flag + arg - 1) and reset
+        the flag for the next launch. Every wait is for a segment that starts its unit, which is later in the
+        list and never waits itself, so the waits cannot form a cycle (gemm_kernels.waves.stream_k)."""
+        wg, t = ctidx // 128, ctidx % 128
+        group = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=128)   # this warpgroup only
+        flag_ptr = counter.iterator + 2 + (flag * self.cfg.cluster_m + rank) * 2 + wg
+        if role == CONTRIBUTE:
+            self.partial(acc, partials, arg, rank, ctidx).store(self.registers(acc).load())
+            group.arrive_and_wait()            # all 128 threads' stores are issued ...
+            if t == 0:                         # ... and one release makes them visible with the count
+                cute.arch.fence_acq_rel_gpu()
+                cute.arch.red(flag_ptr, cutlass.Int32(1), op="add", dtype=cutlass.Int32, sem="relaxed",
+                              scope="gpu")
+        if role == FINISH:
+            if t == 0:
+                seen = cute.arch.load(flag_ptr, cutlass.Int32, sem="acquire", scope="gpu")
+                while seen != arg:
+                    seen = cute.arch.load(flag_ptr, cutlass.Int32, sem="acquire", scope="gpu")
+                cute.arch.store(flag_ptr, cutlass.Int32(0))   # nobody counts on it again in this launch
+            group.arrive_and_wait()
+            regs = self.registers(acc)
+            for c in range(arg):
+                regs.store(regs.load() + self.partial(acc, partials, flag + c, rank, ctidx).load())
+        return role != CONTRIBUTE
+
+    @cute.jit
+    def registers(self, acc):
+        """The accumulator's registers as (4, n / 4): the order does not matter, only that both sides agree."""
+        return cute.make_tensor(acc.iterator, cute.make_layout((4, cute.size(acc) // 4)))
+
+    @cute.jit
+    def partial(self, acc, partials, slot, rank, ctidx):
+        """This thread's (4, n / 4) floats of workspace slot `slot`: thread t's column j sits at
+        ((j * 128) + t) * 4, so a warp's 16-byte accesses cover 512 contiguous bytes."""
+        n = cute.size(acc)
+        wg, t = ctidx // 128, ctidx % 128
+        base = ((slot * self.cfg.cluster_m + rank) * 2 + wg) * (128 * n) + t * 4
+        return cute.make_tensor(partials.iterator + cute.assume(base, divby=4),
+                                cute.make_layout((4, n // 4), stride=(1, 4 * 128)))
 
     @cute.jit
     def mainloop(self, mma, acc, tCrA, tCrB, ring, read, release, k_blocks, pending=None):
@@ -638,9 +717,11 @@ def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: in
                       balanced=schedule == "balanced", schedule="static", ctas_per_item=cluster_m)
 
 
-def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-               cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False, gpu=None):
-    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
+def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, epilogue="register",
+               schedule="balanced", cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True,
+               defer_epilogue: bool = False, stream_k: bool | None = None, gpu=None):
+    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks.
+    stream_k=None: on where `stream_k_pays` for this plan and K (off when K is not given)."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
     if cluster_m not in (1, 2):
@@ -648,25 +729,29 @@ def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", s
     plan = plan_for(M, N, tile[1], schedule, gpu, cluster_m)
     if stages is not None:
         _stage_budget(tile, epilogue, depth=stages)   # ValueError when that many do not fit
+    if stream_k is None:
+        stream_k = K is not None and stream_k_pays(plan, -(-K // TILE_K))
     cfg = Config(tile_n=tile[1], narrow_n=plan.narrow, epilogue=epilogue, epi_stages=STAGED_BUFFERS,
                  stages=stage_count(tile, epilogue) if stages is None else stages, cluster_m=cluster_m,
-                 dynamic=dynamic, defer_epilogue=defer_epilogue)
+                 dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k)
     return cfg, plan
 
 
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
                  cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
-                 arch: str = ARCH, dump_dir=None):
+                 stream_k: bool | None = None, arch: str = ARCH, dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
-    (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
+    (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width,
+    and M, N, K whether stream-K is on (`stream_k_pays`) unless `stream_k` says."""
     if arch != ARCH:
         raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
     check_shape(M, N, K)
     from workbook import gpus, sass
-    cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                        cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, gpu=gpus.H200)
-    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, M, N, K, 1, cluster_m, make_fake_stream()),
-                            arch=arch, dump_dir=dump_dir)
+    cfg, _ = config_for(M, N, K, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
+                        cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k,
+                        gpu=gpus.H200)
+    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, M, N, K, 1, cluster_m,
+                                                    make_fake_stream()), arch=arch, dump_dir=dump_dir)
 
 
 def band_rows_for(K: int) -> int:
@@ -705,67 +790,135 @@ def banded(items, band_rows: int):
             + sorted((t for t in items if t.width != wide), key=key))
 
 
+STREAM_K_MIN_GAIN = 0.02   # auto stream-K: the tail must cost the plan at least this fraction of its makespan
+STREAM_K_MIN_K_BLOCKS = 16  # ... and items must be deep enough (K >= 1024) to pay for two partial-sum trips
+
+
+def stream_k_pays(plan, k_blocks: int) -> bool:
+    """The default for `stream_k`: a uniform plan whose partial last wave idles at least STREAM_K_MIN_GAIN of
+    the run (4096^3 on the H200: 256 items on 66 pairs, the last wave 88 % full, 3 % of the run idle), after at
+    least one full wave, with deep enough items. A rule of thumb, measured at 4096^3 only (notes/perf-log.md)."""
+    items, slots = len(plan.items), plan.slots
+    tail = items % slots
+    if plan.narrow is not None or items <= slots or tail == 0 or k_blocks < STREAM_K_MIN_K_BLOCKS:
+        return False
+    return (slots - tail) / slots / math.ceil(items / slots) >= STREAM_K_MIN_GAIN
+
+
+def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool):
+    """The kernel's work list, one row per item (or stream-K unit), and how many partial-sum slots it uses.
+
+    Each row holds `Config.segments` segments of SEGMENT_COLS ints: (m0, n0, width, k0, k_count, role, flag,
+    arg). Without stream-K every row is one WHOLE segment over all K-blocks. With it, the banded list's last
+    partial wave becomes `waves.stream_k` units: a segment that starts mid-item CONTRIBUTEs its partial sum to
+    workspace slot `arg` and counts it on flag `flag`; the segment holding the item's first K-block is the
+    FINISH, which waits for `arg` partials on `flag` (the item's first slot) and writes C."""
+    from gemm_kernels import waves
+    ordered = banded(items, band_rows)
+    segments = 2 if stream_k else 1
+    whole = lambda t: (t.m0, t.n0, t.width, 0, k_blocks, WHOLE, 0, 0)
+    absent = (0, 0, 0, 0, 0, WHOLE, 0, 0)
+    if not stream_k:
+        return [whole(t) for t in ordered], 0
+    full, units = waves.stream_k(len(ordered), slots, k_blocks)
+    pieces = {}                                  # item -> its segments, in K order
+    for unit in units:
+        for seg in unit:
+            pieces.setdefault(seg.item, []).append(seg)
+    first_slot, slot_of, used = {}, {}, 0        # contributors of one item take consecutive slots
+    for item in sorted(pieces):
+        first_slot[item] = used
+        for seg in pieces[item]:
+            if seg.k0 > 0:
+                slot_of[seg] = used
+                used += 1
+
+    def row(seg):
+        t = ordered[seg.item]
+        if seg.k0 == 0 and seg.k1 == k_blocks:
+            return whole(t)
+        if seg.k0 == 0:
+            role, arg = FINISH, len(pieces[seg.item]) - 1
+        else:
+            role, arg = CONTRIBUTE, slot_of[seg]
+        return (t.m0, t.n0, t.width, seg.k0, seg.k1 - seg.k0, role, first_slot[seg.item], arg)
+
+    rows = [whole(t) + absent for t in ordered[:full]]
+    rows += [tuple(x for seg in unit for x in row(seg)) + absent * (segments - len(unit)) for unit in units]
+    return rows, used
+
+
 @dataclass(frozen=True)
 class _Call:
     """Everything about a GEMM call that its shape and options fix, worked out once (`_prepare`)."""
     cfg: Config
     plan: object          # gemm_kernels.waves.Plan
-    work: torch.Tensor    # the banded work list on the device, [items, 3] int32
+    work: torch.Tensor    # the work list on the device, [rows, SEGMENT_COLS * segments] int32 (`work_rows`)
     launches: launch.LaunchCache
-    sizes: tuple          # (M, N, K, items, CTAs): the kernel's size arguments
-    counters: dict = field(default_factory=dict)   # stream -> the dynamic schedule's counter
+    sizes: tuple          # (M, N, K, rows, CTAs): the kernel's size arguments
+    partial_slots: int = 0   # stream-K workspace slots (0: no stream-K)
+    scratches: dict = field(default_factory=dict)   # stream -> (counter and flags, partial sums)
 
-    def counter(self, stream: int) -> torch.Tensor:
-        """The dynamic schedule's [next item, clusters done] counter for launches on `stream`, zero between
-        launches (the kernel's last cluster resets it). One per stream: launches on one stream never overlap,
-        launches on two streams could."""
-        c = self.counters.get(stream)
-        if c is None:
-            c = self.counters[stream] = torch.zeros(2, dtype=torch.int32, device=self.work.device)
-        return c
+    def scratch(self, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """For launches on `stream`: the [next item, clusters done, stream-K flags...] int32 counter, zero
+        between launches (the last cluster resets the first two, each FINISH its flag), and the fp32 stream-K
+        workspace (one (cluster_m x 128) x tile_n partial per slot). One pair per stream: launches on one
+        stream never overlap, launches on two streams could."""
+        pair = self.scratches.get(stream)
+        if pair is None:
+            cfg, device = self.cfg, self.work.device
+            slots = self.partial_slots
+            counter = torch.zeros(2 + slots * cfg.cluster_m * 2, dtype=torch.int32, device=device)
+            partials = (torch.empty(slots * cfg.cluster_m * TILE_M * cfg.tile_n, dtype=torch.float32, device=device)
+                        if slots else counter)   # never read without stream-K
+            pair = self.scratches[stream] = (counter, partials)
+        return pair
 
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool) -> _Call:
+             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool, stream_k: bool | None) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
     through `_call_for`, which passes every option in one form, so equal options share one cache entry."""
     check_shape(M, N, K)
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
-    cfg, plan = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                           cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue)
-    work = torch.tensor([tuple(t) for t in banded(plan.items, band_rows)], dtype=torch.int32,
-                        device=torch.device("cuda", device))
-    slots = min(len(plan.items), plan.slots) if persistent else len(plan.items)
-    sizes = (M, N, K, len(plan.items), slots * cfg.cluster_m)
-    return _Call(cfg, plan, work, _launches(cfg), sizes)
+    cfg, plan = config_for(M, N, K, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
+                           cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k)
+    rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k)
+    work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
+    slots = min(len(rows), plan.slots) if persistent else len(rows)
+    sizes = (M, N, K, len(rows), slots * cfg.cluster_m)
+    return _Call(cfg, plan, work, _launches(cfg), sizes, partial_slots)
 
 
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
               schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
-              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool = False) -> _Call:
+              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool = False,
+              stream_k: bool | None = None) -> _Call:
     """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
     one cached _Call)."""
     return _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
-                    band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic, defer_epilogue)
+                    band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic, defer_epilogue,
+                    stream_k)
 
 
-def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, M: int, N: int, K: int,
-          num_items: int, num_ctas: int, stream):
+def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int, M: int,
+          N: int, K: int, num_items: int, num_ctas: int, stream):
     """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
     ptr = functools.partial(launch.gmem_pointer, align=16)
     bf16 = cutlass.BFloat16
     return (ptr(bf16, a_addr), ptr(bf16, b_addr), ptr(bf16, c_addr), ptr(cutlass.Int32, work_addr),
-            ptr(cutlass.Int32, counter_addr), *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
+            ptr(cutlass.Int32, counter_addr), ptr(cutlass.Float32, partials_addr),
+            *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
 
 
 @functools.lru_cache(maxsize=None)
 def _launches(cfg: Config) -> launch.LaunchCache:
     """The kernel for `cfg`, compiled on first use, behind its launch cache. It is shape-generic: one compile
     serves every M, N, K."""
-    dummy = _args(16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
+    dummy = _args(16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
     return launch.LaunchCache(cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}"))
 
 
@@ -787,7 +940,7 @@ def _check_operand(name: str, t) -> None:
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
          band_rows: int | None = None, persistent: bool = True, dynamic: bool = True,
-         defer_epilogue: bool = False) -> torch.Tensor:
+         defer_epilogue: bool = False, stream_k: bool | None = None) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
@@ -799,7 +952,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
     dynamic: persistent CTAs take the next item of the list from a global counter (False: slot i runs items
     i, i + slots, ...). defer_epilogue: (register epilogue) store each item's C while the next item's first
-    K-block is in the tensor cores.
+    K-block is in the tensor cores. stream_k: split the uniform plan's partial last wave along K over every
+    slot (`work_rows`); None (default) where `stream_k_pays`.
     """
     _check_operand("a", a)
     _check_operand("b", b)
@@ -811,7 +965,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
     call = _call_for(M, N, K, device, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                      cluster_m=cluster_m, band_rows=band_rows, persistent=persistent, dynamic=dynamic,
-                     defer_epilogue=defer_epilogue)
+                     defer_epilogue=defer_epilogue, stream_k=stream_k)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     else:
@@ -823,6 +977,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     # (the switch costs host time, which the per-call-synchronised benchmark would count).
     with contextlib.nullcontext() if device == torch.cuda.current_device() else torch.cuda.device(device):
         stream = launch.stream_handle(device)
-        addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(), call.counter(stream).data_ptr())
+        counter, partials = call.scratch(stream)
+        addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(), counter.data_ptr(),
+                 partials.data_ptr())
         call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)), stream)
     return out

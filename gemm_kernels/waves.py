@@ -282,6 +282,46 @@ def narrow_widths(wide: int, *, multiple_of: int = 1) -> tuple[int, ...]:
     return tuple(sorted((w for w in widths if w % multiple_of == 0), reverse=True))
 
 
+class Segment(NamedTuple):
+    """K-blocks ``k0 .. k1`` of item ``item`` (an index into the work list): one piece of a stream-K unit."""
+    item: int
+    k0: int
+    k1: int
+
+
+def stream_k(items: int, slots: int, k_blocks: int) -> tuple[int, tuple[tuple[Segment, ...], ...]]:
+    """Split the last, partial wave of ``items`` equal items (``k_blocks`` K-blocks each) over all ``slots``.
+
+    The first ``full = items - tail`` items stay whole (data-parallel); the ``tail = items % slots`` items of
+    the last wave hold ``tail * k_blocks`` K-blocks, which are cut into ``min(slots, tail * k_blocks)`` units
+    of equal work (to one K-block): unit ``u`` is K-blocks ``u * T // n .. (u + 1) * T // n`` of the tail
+    items laid end to end. A unit is shorter than an item, so it touches at most two items: the end of one
+    and the start of the next. Returns ``(full, units)``; each unit is its one or two Segments in K order.
+
+    Where a unit starts mid-item it writes a partial sum for another slot to add: the slot holding the
+    item's first K-block (that segment always ends its own unit, so it runs last) waits for the others' partials,
+    adds them, and writes C. The model: the tail takes ``tail / slots`` of an item instead of a whole one.
+    """
+    _check_positive(items=items, slots=slots, k_blocks=k_blocks)
+    tail = items % slots
+    full = items - tail
+    if tail == 0:
+        return full, ()
+    total = tail * k_blocks
+    count = min(slots, total)
+    bounds = [u * total // count for u in range(count + 1)]
+    units = []
+    for lo, hi in zip(bounds, bounds[1:]):
+        pieces = []
+        while lo < hi:
+            item, k0 = divmod(lo, k_blocks)
+            k1 = min(k_blocks, k0 + hi - lo)
+            pieces.append(Segment(full + item, k0, k1))
+            lo += k1 - k0
+        units.append(tuple(pieces))
+    return full, tuple(units)
+
+
 def _group_size(wide: int, narrow: int) -> int:
     return narrow // (wide - narrow)
 

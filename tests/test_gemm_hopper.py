@@ -30,10 +30,11 @@ def count(hist, prefix):
 
 # ------------------------------------------------------------------------------------------- CPU: SASS
 
-REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1)
-STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1)
-SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1)
-CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2)
+# 4096^3 builds without stream-K (which gemm would turn on there: `stream_k_pays`), unless a test asks for it
+REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False)
+STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1, stream_k=False)
+SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False)
+CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2, stream_k=False)
 
 
 @pytest.mark.parametrize("kw", [REGISTER, STAGED, SEVEN, CLUSTER], ids=["register", "staged", "7-stage", "cluster"])
@@ -50,6 +51,8 @@ PIPELINED = {
     "balanced-narrow": (8192, dict(CLUSTER, schedule="balanced")),
     "deferred": (4096, dict(REGISTER, defer_epilogue=True)),
     "deferred-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", defer_epilogue=True)),
+    "stream-k": (4096, dict(CLUSTER, stream_k=True)),
+    "stream-k-deferred": (4096, dict(CLUSTER, stream_k=True, defer_epilogue=True)),
 }
 
 
@@ -224,6 +227,11 @@ GPU_CONFIGS = {
     "one-cta-pair-per-item": dict(persistent=False),
     "deferred-epilogue": dict(defer_epilogue=True),
     "deferred-epilogue-balanced-c1": dict(defer_epilogue=True, cluster_m=1),
+    # stream-K forced on: at (1000, 1032, 520) all 20 items are split (three or four pieces each), at
+    # (2048, 5120, 1024) the last 28 of 160, at (2560, 7168, 256) 16 items into single K-blocks
+    "stream-k": dict(schedule="uniform", stream_k=True),
+    "stream-k-deferred": dict(schedule="uniform", stream_k=True, defer_epilogue=True),
+    "stream-k-c1-staged": dict(schedule="uniform", stream_k=True, cluster_m=1, epilogue="staged"),
 }
 # (M, N, K): tails in every dimension, a single tile, a shape whose balanced plan has narrow items.
 GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024), (2560, 7168, 256)]
@@ -327,18 +335,20 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
 @needs_cuda
 @needs_hopper
 @pytest.mark.parametrize("M,N,K", [(2048, 5120, 256), (128, 256, 64), (1000, 1032, 520)])
-def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K):
-    """The last cluster out zeroes the item counter, so the next launch (or graph replay) starts at item 0:
-    repeated calls stay exact and the counter reads [0, 0] between them."""
+@pytest.mark.parametrize("kw", [{}, dict(schedule="uniform", stream_k=True)], ids=["default", "stream-k"])
+def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
+    """The last cluster out zeroes the item counter and each stream-K FINISH its flag, so the next launch (or
+    graph replay) starts clean: repeated calls stay exact and the counter reads all zeros between them."""
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
     want = fp32_reference(a, b).to(torch.bfloat16)
     for i in range(3):
-        c = hopper.gemm(a, b)
+        c = hopper.gemm(a, b, **kw)
         torch.cuda.synchronize()
         assert torch.equal(c, want), f"call {i}"
-    call = hopper._call_for(M, N, K, a.get_device())
-    assert call.counters and all(c.tolist() == [0, 0] for c in call.counters.values())
+    call = hopper._call_for(M, N, K, a.get_device(), **kw)
+    assert call.scratches and all(not c.any() for c, _ in call.scratches.values())
+    assert (call.partial_slots > 0) == bool(kw)
 
 
 def test_band_keeps_its_rows_of_a_within_the_l2_budget():
@@ -367,3 +377,68 @@ def test_deferred_epilogue_stores_while_the_next_items_first_wgmmas_run():
     between = ops[first:following]
     assert sum(op == "STG.E.128" for op in between) == count(ref, "STG.E.128")
     assert not any(op.startswith("WARPGROUP.DEPBAR") for op in between)
+
+
+# ------------------------------------------------------------------------------------------- stream-K
+
+def _segments(rows):
+    for r, row in enumerate(rows):
+        for s in range(len(row) // hopper.SEGMENT_COLS):
+            seg = row[s * hopper.SEGMENT_COLS:(s + 1) * hopper.SEGMENT_COLS]
+            if seg[4] > 0:
+                yield r, s, seg
+
+
+@pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 1032, 520), (2560, 7168, 256), (2048, 5120, 1024)])
+def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N, K):
+    plan = hopper.plan_for(M, N, 256, "uniform", gpu=gpus.H200, cluster_m=2)
+    k_blocks = -(-K // hopper.TILE_K)
+    plain, none = hopper.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=False)
+    rows, slots = hopper.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=True)
+    assert none == 0 and all(r[5] == hopper.WHOLE and (r[3], r[4]) == (0, k_blocks) for r in plain)
+    tail = len(plain) % plan.slots                      # the last wave's items become one unit per slot
+    assert len(rows) == len(plain) - tail + (min(plan.slots, tail * k_blocks) if tail else 0)
+    covered, contributors, finishes = {}, {}, {}
+    for r, s, (m0, n0, width, k0, count, role, flag, arg) in _segments(rows):
+        covered.setdefault((m0, n0, width), []).extend(range(k0, k0 + count))
+        if role == hopper.CONTRIBUTE:
+            assert s == 0 and k0 > 0, "a contributor starts its row: it never waits behind a FINISH"
+            contributors.setdefault(flag, []).append((r, arg))
+        elif role == hopper.FINISH:
+            assert k0 == 0 and count < k_blocks
+            assert not any(q[4] for q in [rows[r][(s + 1) * 8:(s + 2) * 8]] if q), "a FINISH ends its row"
+            finishes[flag] = (r, arg)
+        else:
+            assert (k0, count) == (0, k_blocks)
+    assert sorted(covered) == sorted((t.m0, t.n0, t.width) for t in plan.items)
+    assert all(sorted(ks) == list(range(k_blocks)) for ks in covered.values())
+    assert sorted(contributors) == sorted(finishes)
+    for flag, (r, count) in finishes.items():
+        mine = contributors[flag]
+        assert count == len(mine) and sorted(a for _, a in mine) == list(range(flag, flag + count))
+        assert all(q > r for q, _ in mine), "the contributors a FINISH waits for come later in the list"
+    assert slots == sum(len(v) for v in contributors.values())
+
+
+def test_stream_k_is_the_default_only_where_the_tail_costs():
+    def pays(M, N, K, schedule="balanced"):
+        return hopper.stream_k_pays(hopper.plan_for(M, N, 256, schedule, gpu=gpus.H200, cluster_m=2), -(-K // 64))
+    assert pays(4096, 4096, 4096)                       # 256 items on 66 pairs: the last wave 88 % full
+    assert not pays(8192, 8192, 8192)                   # balanced: narrow items fill the last wave
+    assert not pays(4096, 4096, 512)                    # too shallow to pay for the partial sums
+    assert not pays(2048, 2048, 4096)                   # 64 items: no full wave before the tail
+    assert not pays(8448, 2048, 4096, "uniform")        # 33 x 8 = 264 items = 4 full waves
+    with pytest.raises(ValueError, match="stream_k"):
+        hopper.compile_gemm(8192, 8192, 8192, stream_k=True)   # balanced with narrow items
+
+
+def test_stream_k_build_hands_partial_sums_over_in_16_byte_pieces():
+    """The partial sums go to the workspace and come back as 128-bit accesses (n / 4 of each per thread); one
+    relaxed reduction per contributing warpgroup, and acquire loads for the FINISH's wait."""
+    base = opcodes(compiled(4096, 4096, 4096, **CLUSTER))
+    hist = opcodes(compiled(4096, 4096, 4096, **dict(CLUSTER, stream_k=True)))
+    per_thread = 64 * 256 // 128
+    assert count(hist, "STG.E.128") - count(base, "STG.E.128") == per_thread // 4
+    assert count(hist, "LDG.E.128") - count(base, "LDG.E.128") == per_thread // 4
+    assert count(hist, "REDG.E.ADD") == 1 and count(hist, "LDG.E.STRONG.GPU") >= 1
+    assert count(hist, "LDL") == count(hist, "STL") == 0

@@ -252,3 +252,33 @@ def test_bad_input_is_a_clear_error(kwargs, match):
     M, N = args.pop("M"), args.pop("N")
     with pytest.raises(ValueError, match=match):
         waves.plan(M, N, **args)
+
+
+# ------------------------------------------------------------------------------------------- stream-K
+
+@pytest.mark.parametrize("items,slots,k_blocks", [(256, 66, 64), (256, 66, 4), (20, 66, 9), (280, 66, 4),
+                                                  (1, 66, 1), (160, 132, 16), (67, 66, 64), (131, 66, 3)])
+def test_stream_k_splits_the_last_wave_exactly_and_evenly(items, slots, k_blocks):
+    full, units = waves.stream_k(items, slots, k_blocks)
+    tail = items % slots
+    assert full == items - tail
+    covered = {}                                           # item -> K-blocks, each exactly once
+    for unit in units:
+        assert 1 <= len(unit) <= 2
+        assert all(s.k0 < s.k1 for s in unit)
+        if len(unit) == 2:                                 # the end of one item, then the start of the next
+            assert unit[0].k1 == k_blocks and unit[1].k0 == 0 and unit[1].item == unit[0].item + 1
+        for s in unit:
+            covered.setdefault(s.item, []).extend(range(s.k0, s.k1))
+            assert s.k0 != 0 or s is unit[-1], "an item's first K-block ends its unit (it waits, so it runs last)"
+    assert sorted(covered) == list(range(full, items))
+    assert all(sorted(ks) == list(range(k_blocks)) for ks in covered.values())
+    sizes = [sum(s.k1 - s.k0 for s in unit) for unit in units]
+    assert len(units) == min(slots, tail * k_blocks)
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_stream_k_leaves_a_full_last_wave_alone():
+    assert waves.stream_k(264, 66, 64) == (264, ())
+    with pytest.raises(ValueError, match="slots"):
+        waves.stream_k(10, 0, 4)

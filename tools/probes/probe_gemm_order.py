@@ -17,7 +17,10 @@ from probe_gemm import back_to_back_ms
 CONFIGS = {
     "torch": None,
     "default": {},
-    "deferred": dict(defer_epilogue=True),
+    "deferred": dict(defer_epilogue=True, stream_k=False),
+    "no stream-k": dict(stream_k=False),
+    "stream-k": dict(stream_k=True),
+    "deferred stream-k": dict(defer_epilogue=True, stream_k=True),
     "uniform c1 band1": dict(schedule="uniform", cluster_m=1, band_rows=1),
     "uniform c1 band8": dict(schedule="uniform", cluster_m=1, band_rows=8),
     "uniform c2 band1": dict(schedule="uniform", cluster_m=2, band_rows=1),
