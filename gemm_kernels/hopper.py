@@ -976,9 +976,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     # The launch goes to the current device and stream; only switch devices when `a` lives elsewhere
     # (the switch costs host time, which the per-call-synchronised benchmark would count).
     with contextlib.nullcontext() if device == torch.cuda.current_device() else torch.cuda.device(device):
-        stream = launch.stream_handle(device)
-        counter, partials = call.scratch(stream)
-        addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(), counter.data_ptr(),
-                 partials.data_ptr())
-        call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)), stream)
+        _launch(call, a, b, out, launch.stream_handle(device))
     return out
+
+
+def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: int) -> None:
+    """Launch `call`'s kernel on checked operands (through its launch cache: a graph replay after the first)."""
+    counter, partials = call.scratch(stream)
+    addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(), counter.data_ptr(), partials.data_ptr())
+    call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)), stream)

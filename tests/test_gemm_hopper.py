@@ -348,7 +348,7 @@ def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
         assert torch.equal(c, want), f"call {i}"
     call = hopper._call_for(M, N, K, a.get_device(), **kw)
     assert call.scratches and all(not c.any() for c, _ in call.scratches.values())
-    assert (call.partial_slots > 0) == bool(kw)
+    assert (call.partial_slots > 0) == (bool(kw) and K > 64)   # one item of one K-block: nothing to split
 
 
 def test_band_keeps_its_rows_of_a_within_the_l2_budget():
