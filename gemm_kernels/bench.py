@@ -25,37 +25,36 @@ REL_TOL = 1e-2
 # depth, the 7-stage ring that fits once the epilogue buffer is gone (on Hopper only with a 128-wide tile:
 # a 128x256x64 stage is 48 KiB, so 4 is the most that fit either way), and the balanced schedule. All but
 # the first walk the work list in bands of tile rows for L2 reuse (hopper.banded); the first keeps the
-# planner's row-major order, to measure that step. The last two pair CTAs along M in clusters of 2 that
-# share each B tile by TMA multicast.
+# planner's row-major order, to measure that step. The "cluster2" ones pair CTAs along M in clusters of 2
+# that share each B tile by TMA multicast; the last two are session 4's deferred epilogue and stream-K.
 VARIANTS = {
     "128x256x64 s4 register uniform rowmajor": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", band_rows=1, cluster_m=1, stream_k=False),
+                                                    schedule="uniform", band_rows=1, cluster_m=1,
+                                                    defer_epilogue=False),
     "128x256x64 s4 staged uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1, stream_k=False),
+        dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1),
     "128x256x64 s4 register uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1, defer_epilogue=False),
     "128x128x64 s6 staged uniform":
-        dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1, stream_k=False),
+        dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1),
     "128x128x64 s7 register uniform":
-        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False),
+        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1, defer_epilogue=False),
     "128x256x64 s4 register balanced":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1, stream_k=False),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1, defer_epilogue=False),
     "128x256x64 s4 register uniform cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", cluster_m=2, stream_k=False),
+                                                    schedule="uniform", cluster_m=2, defer_epilogue=False),
     "128x256x64 s4 register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                     schedule="balanced", cluster_m=2, stream_k=False),
+                                                     schedule="balanced", cluster_m=2, defer_epilogue=False),
+    # C of each item stored while the next item's first K-block runs (session 4; the default since)
     "128x256x64 s4 deferred register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                              schedule="balanced", cluster_m=2, defer_epilogue=True,
-                                                              stream_k=False),
-    # stream-K where `hopper.stream_k_pays` (4096^3 among the defaults); elsewhere the same kernel as above
-    "128x256x64 s4 register balanced cluster2 stream-k": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                              schedule="balanced", cluster_m=2, stream_k=None),
-    "128x256x64 s4 deferred register balanced cluster2 stream-k": dict(
-        tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=2, defer_epilogue=True,
-        stream_k=None),
+                                                              schedule="balanced", cluster_m=2, defer_epilogue=True),
+    # stream-K needs the uniform plan (the balanced one fills its last wave with narrow items instead)
+    "128x256x64 s4 deferred register uniform cluster2 stream-k": dict(
+        tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2, defer_epilogue=True,
+        stream_k=True),
 }
 SQUARE = (4096, 8192, 16384)
-DEFAULT_VARIANT = "128x256x64 s4 register balanced cluster2 stream-k"   # what gemm_kernels.gemm runs by default
+DEFAULT_VARIANT = "128x256x64 s4 deferred register balanced cluster2"   # what gemm_kernels.gemm runs by default
 SWEEP_SIDES = range(2048, 8193, 512)
 SWEEP_K = 8192
 

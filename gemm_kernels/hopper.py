@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 from dataclasses import dataclass, field
 
 import cuda.bindings.driver as cuda_driver
@@ -719,9 +718,9 @@ def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: in
 
 def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, epilogue="register",
                schedule="balanced", cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True,
-               defer_epilogue: bool = False, stream_k: bool | None = None, gpu=None):
+               defer_epilogue: bool | None = None, stream_k: bool = False, gpu=None):
     """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks.
-    stream_k=None: on where `stream_k_pays` for this plan and K (off when K is not given)."""
+    defer_epilogue=None: deferred wherever the epilogue is the register one. K is not needed for either."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
     if cluster_m not in (1, 2):
@@ -729,8 +728,8 @@ def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, 
     plan = plan_for(M, N, tile[1], schedule, gpu, cluster_m)
     if stages is not None:
         _stage_budget(tile, epilogue, depth=stages)   # ValueError when that many do not fit
-    if stream_k is None:
-        stream_k = K is not None and stream_k_pays(plan, -(-K // TILE_K))
+    if defer_epilogue is None:
+        defer_epilogue = epilogue == "register"
     cfg = Config(tile_n=tile[1], narrow_n=plan.narrow, epilogue=epilogue, epi_stages=STAGED_BUFFERS,
                  stages=stage_count(tile, epilogue) if stages is None else stages, cluster_m=cluster_m,
                  dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k)
@@ -738,11 +737,10 @@ def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, 
 
 
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
-                 stream_k: bool | None = None, arch: str = ARCH, dump_dir=None):
+                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool | None = None,
+                 stream_k: bool = False, arch: str = ARCH, dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
-    (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width,
-    and M, N, K whether stream-K is on (`stream_k_pays`) unless `stream_k` says."""
+    (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
     if arch != ARCH:
         raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
     check_shape(M, N, K)
@@ -788,21 +786,6 @@ def banded(items, band_rows: int):
     key = lambda t: (t.m0 // (TILE_M * band_rows), t.n0, t.m0)   # band_rows counts 128-row CTA rows
     return (sorted((t for t in items if t.width == wide), key=key)
             + sorted((t for t in items if t.width != wide), key=key))
-
-
-STREAM_K_MIN_GAIN = 0.02   # auto stream-K: the tail must cost the plan at least this fraction of its makespan
-STREAM_K_MIN_K_BLOCKS = 16  # ... and items must be deep enough (K >= 1024) to pay for two partial-sum trips
-
-
-def stream_k_pays(plan, k_blocks: int) -> bool:
-    """The default for `stream_k`: a uniform plan whose partial last wave idles at least STREAM_K_MIN_GAIN of
-    the run (4096^3 on the H200: 256 items on 66 pairs, the last wave 88 % full, 3 % of the run idle), after at
-    least one full wave, with deep enough items. A rule of thumb, measured at 4096^3 only (notes/perf-log.md)."""
-    items, slots = len(plan.items), plan.slots
-    tail = items % slots
-    if plan.narrow is not None or items <= slots or tail == 0 or k_blocks < STREAM_K_MIN_K_BLOCKS:
-        return False
-    return (slots - tail) / slots / math.ceil(items / slots) >= STREAM_K_MIN_GAIN
 
 
 def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool):
@@ -877,7 +860,7 @@ class _Call:
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool, stream_k: bool | None) -> _Call:
+             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool | None, stream_k: bool) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
     through `_call_for`, which passes every option in one form, so equal options share one cache entry."""
@@ -895,8 +878,8 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
 
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
               schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
-              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool = False,
-              stream_k: bool | None = None) -> _Call:
+              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool | None = None,
+              stream_k: bool = False) -> _Call:
     """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
     one cached _Call)."""
     return _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
@@ -940,7 +923,7 @@ def _check_operand(name: str, t) -> None:
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
          band_rows: int | None = None, persistent: bool = True, dynamic: bool = True,
-         defer_epilogue: bool = False, stream_k: bool | None = None) -> torch.Tensor:
+         defer_epilogue: bool | None = None, stream_k: bool = False) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
@@ -951,9 +934,11 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     row-major order.
     persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
     dynamic: persistent CTAs take the next item of the list from a global counter (False: slot i runs items
-    i, i + slots, ...). defer_epilogue: (register epilogue) store each item's C while the next item's first
-    K-block is in the tensor cores. stream_k: split the uniform plan's partial last wave along K over every
-    slot (`work_rows`); None (default) where `stream_k_pays`.
+    i, i + slots, ...). defer_epilogue: store each item's C while the next item's first K-block is in the
+    tensor cores; None (default): wherever the epilogue is the register one.
+    stream_k: split a uniform plan's partial last wave along K over every slot (`work_rows`). Off by default:
+    on the H200 at 4096^3 handing a partial sum over cost ~10 us, more than the 0.12-wave tail it removes
+    (notes/perf-log.md, session 4).
     """
     _check_operand("a", a)
     _check_operand("b", b)

@@ -30,11 +30,14 @@ def count(hist, prefix):
 
 # ------------------------------------------------------------------------------------------- CPU: SASS
 
-# 4096^3 builds without stream-K (which gemm would turn on there: `stream_k_pays`), unless a test asks for it
-REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False)
-STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1, stream_k=False)
-SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1, stream_k=False)
-CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2, stream_k=False)
+# Builds with the plain register epilogue (gemm defers it by default) and no stream-K, unless a test asks
+REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1,
+                defer_epilogue=False)
+STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1)
+SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1,
+             defer_epilogue=False)
+CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2,
+               defer_epilogue=False)
 
 
 @pytest.mark.parametrize("kw", [REGISTER, STAGED, SEVEN, CLUSTER], ids=["register", "staged", "7-stage", "cluster"])
@@ -225,12 +228,12 @@ GPU_CONFIGS = {
     "cluster2-staged": dict(cluster_m=2, epilogue="staged", schedule="uniform"),
     "static-walk": dict(dynamic=False),
     "one-cta-pair-per-item": dict(persistent=False),
-    "deferred-epilogue": dict(defer_epilogue=True),
-    "deferred-epilogue-balanced-c1": dict(defer_epilogue=True, cluster_m=1),
+    "plain-register-epilogue": dict(defer_epilogue=False),
+    "plain-register-epilogue-balanced-c1": dict(defer_epilogue=False, cluster_m=1),
     # stream-K forced on: at (1000, 1032, 520) all 20 items are split (three or four pieces each), at
     # (2048, 5120, 1024) the last 28 of 160, at (2560, 7168, 256) 16 items into single K-blocks
     "stream-k": dict(schedule="uniform", stream_k=True),
-    "stream-k-deferred": dict(schedule="uniform", stream_k=True, defer_epilogue=True),
+    "stream-k-plain-epilogue": dict(schedule="uniform", stream_k=True, defer_epilogue=False),
     "stream-k-c1-staged": dict(schedule="uniform", stream_k=True, cluster_m=1, epilogue="staged"),
 }
 # (M, N, K): tails in every dimension, a single tile, a shape whose balanced plan has narrow items.
@@ -366,7 +369,7 @@ def test_deferred_epilogue_stores_while_the_next_items_first_wgmmas_run():
     WGMMA wait in between (they overlap the tensor cores), plus one more copy after the loop for the last item;
     nothing spills and no WGMMA wait is added."""
     base = compiled(4096, 4096, 4096, **REGISTER)
-    art = compiled(4096, 4096, 4096, defer_epilogue=True, **REGISTER)
+    art = compiled(4096, 4096, 4096, **dict(REGISTER, defer_epilogue=True))
     hist, ref = opcodes(art), opcodes(base)
     assert count(hist, "STG.E.128") == 2 * count(ref, "STG.E.128") and count(hist, "LDL") == count(hist, "STL") == 0
     assert count(hist, "WARPGROUP.DEPBAR") == count(ref, "WARPGROUP.DEPBAR")   # no WGMMA wait added
@@ -420,16 +423,17 @@ def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N
     assert slots == sum(len(v) for v in contributors.values())
 
 
-def test_stream_k_is_the_default_only_where_the_tail_costs():
-    def pays(M, N, K, schedule="balanced"):
-        return hopper.stream_k_pays(hopper.plan_for(M, N, 256, schedule, gpu=gpus.H200, cluster_m=2), -(-K // 64))
-    assert pays(4096, 4096, 4096)                       # 256 items on 66 pairs: the last wave 88 % full
-    assert not pays(8192, 8192, 8192)                   # balanced: narrow items fill the last wave
-    assert not pays(4096, 4096, 512)                    # too shallow to pay for the partial sums
-    assert not pays(2048, 2048, 4096)                   # 64 items: no full wave before the tail
-    assert not pays(8448, 2048, 4096, "uniform")        # 33 x 8 = 264 items = 4 full waves
+def test_stream_k_refuses_a_plan_with_narrow_items():
     with pytest.raises(ValueError, match="stream_k"):
-        hopper.compile_gemm(8192, 8192, 8192, stream_k=True)   # balanced with narrow items
+        hopper.compile_gemm(8192, 8192, 8192, stream_k=True)   # balanced: narrow items fill the last wave
+
+
+def test_gemm_defers_the_register_epilogue_by_default():
+    assert hopper.config_for(4096, 4096)[0].defer_epilogue
+    assert not hopper.config_for(4096, 4096, epilogue="staged")[0].defer_epilogue
+    assert not hopper.config_for(4096, 4096)[0].stream_k
+    with pytest.raises(ValueError, match="register epilogue"):
+        hopper.config_for(4096, 4096, epilogue="staged", defer_epilogue=True)
 
 
 def test_stream_k_build_hands_partial_sums_over_in_16_byte_pieces():

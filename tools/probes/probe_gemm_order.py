@@ -17,6 +17,7 @@ from probe_gemm import back_to_back_ms
 CONFIGS = {
     "torch": None,
     "default": {},
+    "plain register": dict(defer_epilogue=False),
     "deferred": dict(defer_epilogue=True, stream_k=False),
     "no stream-k": dict(stream_k=False),
     "stream-k": dict(stream_k=True),
