@@ -276,7 +276,7 @@ class HopperGemm:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
-        claimed = self.claim(queue_pipe, queue, counter, rank, claimed)
+        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items)
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
             for seg in range(self.cfg.segments):
@@ -304,7 +304,7 @@ class HopperGemm:
                     state.advance()
             # the last loads of this item are issued: claim the next one now, while the ring still holds
             # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
-            claimed = self.claim(queue_pipe, queue, counter, rank, claimed)
+            claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items)
             item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         ring.producer_tail(state)                     # do not exit while TMA writes are in flight
         if cutlass.const_expr(self.cfg.dynamic):
@@ -406,14 +406,24 @@ class HopperGemm:
     # `band_rows_for`: ncu_dyn_16384.txt).
 
     @cute.jit
-    def claim(self, pipe, queue, counter, rank, claimed):
+    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items):
         """Producer warp: wait until every reader is done with the next queue entry and arm its barrier for 4
-        bytes; in rank 0, one lane takes a ticket from the counter and stores it into every CTA's entry."""
+        bytes; in rank 0, one lane takes a ticket from the counter and stores it into every CTA's entry.
+
+        With stream-K the last `num_clusters` rows are the units, and cluster c runs unit c once its whole rows
+        are done: were units claimed like rows, a cluster could claim (look ahead to) the very unit whose
+        partial its own FINISH is waiting for, and wait forever. `current`: the row being loaded (-1: none)."""
         if cutlass.const_expr(self.cfg.dynamic):
             pipe.producer_acquire(claimed)
             if rank == 0:
                 if cute.arch.lane_idx() == 0:
                     ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
+                    if cutlass.const_expr(self.cfg.stream_k):
+                        whole = num_items - num_clusters
+                        if ticket >= whole:
+                            ticket = whole + cluster
+                            if current >= whole:
+                                ticket = num_items       # this cluster's unit is loaded: it is done
                     for peer in cutlass.range_constexpr(self.cfg.cluster_m):
                         cute.arch.store_async_dsmem(queue + claimed.index, ticket,
                                                     pipe.producer_get_barrier(claimed), peer)
@@ -793,7 +803,7 @@ def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool):
 
     Each row holds `Config.segments` segments of SEGMENT_COLS ints: (m0, n0, width, k0, k_count, role, flag,
     arg). Without stream-K every row is one WHOLE segment over all K-blocks. With it, the banded list's last
-    partial wave becomes `waves.stream_k` units: a segment that starts mid-item CONTRIBUTEs its partial sum to
+    partial wave becomes `waves.stream_k` units, padded with empty rows to one per slot (`HopperGemm.claim`): a segment that starts mid-item CONTRIBUTEs its partial sum to
     workspace slot `arg` and counts it on flag `flag`; the segment holding the item's first K-block is the
     FINISH, which waits for `arg` partials on `flag` (the item's first slot) and writes C."""
     from gemm_kernels import waves
@@ -828,6 +838,8 @@ def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool):
 
     rows = [whole(t) + absent for t in ordered[:full]]
     rows += [tuple(x for seg in unit for x in row(seg)) + absent * (segments - len(unit)) for unit in units]
+    if units:                                    # one unit row per slot: the kernel hands unit c to cluster c
+        rows += [absent * segments] * (slots - len(units))
     return rows, used
 
 
@@ -865,6 +877,8 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
     through `_call_for`, which passes every option in one form, so equal options share one cache entry."""
     check_shape(M, N, K)
+    if stream_k and not persistent:
+        raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
     cfg, plan = config_for(M, N, K, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,

@@ -236,6 +236,10 @@ GPU_CONFIGS = {
     "stream-k-plain-epilogue": dict(schedule="uniform", stream_k=True, defer_epilogue=False),
     "stream-k-c1-staged": dict(schedule="uniform", stream_k=True, cluster_m=1, epilogue="staged"),
 }
+# 67 items on 66 CTA pairs with 256 K-blocks each: the one tail item goes to 66 units of 3-4 K-blocks, 65 of them
+# contributing to one FINISH, while the other pairs still run ~100 us rows. Claimed like rows, the units
+# deadlocked (a pair's look-ahead claimed a unit its own FINISH was waiting for; a 16384^3 bench hung).
+STREAM_K_DEEP = (67 * 256, 256, 16384)
 # (M, N, K): tails in every dimension, a single tile, a shape whose balanced plan has narrow items.
 GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024), (2560, 7168, 256)]
 
@@ -399,8 +403,8 @@ def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N
     plain, none = hopper.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=False)
     rows, slots = hopper.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=True)
     assert none == 0 and all(r[5] == hopper.WHOLE and (r[3], r[4]) == (0, k_blocks) for r in plain)
-    tail = len(plain) % plan.slots                      # the last wave's items become one unit per slot
-    assert len(rows) == len(plain) - tail + (min(plan.slots, tail * k_blocks) if tail else 0)
+    tail = len(plain) % plan.slots                      # the last wave's items become one unit row per slot
+    assert len(rows) == len(plain) - tail + (plan.slots if tail else 0)
     covered, contributors, finishes = {}, {}, {}
     for r, s, (m0, n0, width, k0, count, role, flag, arg) in _segments(rows):
         covered.setdefault((m0, n0, width), []).extend(range(k0, k0 + count))
@@ -420,6 +424,8 @@ def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N
         mine = contributors[flag]
         assert count == len(mine) and sorted(a for _, a in mine) == list(range(flag, flag + count))
         assert all(q > r for q, _ in mine), "the contributors a FINISH waits for come later in the list"
+        # ... in the unit rows, which the kernel hands out one per cluster (no cluster holds two)
+        assert r >= len(rows) - plan.slots and all(q >= len(rows) - plan.slots for q, _ in mine)
     assert slots == sum(len(v) for v in contributors.values())
 
 
@@ -446,3 +452,23 @@ def test_stream_k_build_hands_partial_sums_over_in_16_byte_pieces():
     assert count(hist, "LDG.E.128") - count(base, "LDG.E.128") == per_thread // 4
     assert count(hist, "REDG.E.ADD") == 1 and count(hist, "LDG.E.STRONG.GPU") >= 1
     assert count(hist, "LDL") == count(hist, "STL") == 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+def test_stream_k_finishes_with_many_contributors_behind_long_rows():
+    M, N, K = STREAM_K_DEEP
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)   # sums < 2^24: exact in fp32
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    want = fp32_reference(a, b).to(torch.bfloat16)
+    for i in range(3):
+        c = hopper.gemm(a, b, schedule="uniform", stream_k=True)
+        torch.cuda.synchronize()
+        assert torch.equal(c, want), f"call {i}"
+
+
+def test_stream_k_needs_persistent_ctas():
+    with pytest.raises(ValueError, match="persistent"):
+        hopper._prepare.__wrapped__(4096, 4096, 4096, None, None, "register", "uniform", 2, 16, 0, False, True,
+                                    None, True)
