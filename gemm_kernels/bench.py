@@ -29,32 +29,30 @@ REL_TOL = 1e-2
 # that share each B tile by TMA multicast; the last two are session 4's deferred epilogue and stream-K.
 VARIANTS = {
     "128x256x64 s4 register uniform rowmajor": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", band_rows=1, cluster_m=1,
-                                                    defer_epilogue=False),
+                                                    schedule="uniform", band_rows=1, cluster_m=1),
     "128x256x64 s4 staged uniform":
         dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1),
     "128x256x64 s4 register uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1, defer_epilogue=False),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1),
     "128x128x64 s6 staged uniform":
         dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1),
     "128x128x64 s7 register uniform":
-        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1, defer_epilogue=False),
+        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1),
     "128x256x64 s4 register balanced":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1, defer_epilogue=False),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1),
     "128x256x64 s4 register uniform cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", cluster_m=2, defer_epilogue=False),
+                                                    schedule="uniform", cluster_m=2),
     "128x256x64 s4 register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                     schedule="balanced", cluster_m=2, defer_epilogue=False),
-    # C of each item stored while the next item's first K-block runs (session 4; the default since)
+                                                     schedule="balanced", cluster_m=2),
+    # session 4's two options: C stored while the next item's first K-block runs; stream-K for the tail
     "128x256x64 s4 deferred register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
                                                               schedule="balanced", cluster_m=2, defer_epilogue=True),
-    # stream-K needs the uniform plan (the balanced one fills its last wave with narrow items instead)
     "128x256x64 s4 deferred register uniform cluster2 stream-k": dict(
         tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2, defer_epilogue=True,
         stream_k=True),
 }
 SQUARE = (4096, 8192, 16384)
-DEFAULT_VARIANT = "128x256x64 s4 deferred register balanced cluster2"   # what gemm_kernels.gemm runs by default
+DEFAULT_VARIANT = "128x256x64 s4 register balanced cluster2"     # what gemm_kernels.gemm runs by default
 SWEEP_SIDES = range(2048, 8193, 512)
 SWEEP_K = 8192
 

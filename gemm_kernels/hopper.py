@@ -728,9 +728,9 @@ def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: in
 
 def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, epilogue="register",
                schedule="balanced", cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True,
-               defer_epilogue: bool | None = None, stream_k: bool = False, gpu=None):
-    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks.
-    defer_epilogue=None: deferred wherever the epilogue is the register one. K is not needed for either."""
+               defer_epilogue: bool = False, stream_k: bool = False, gpu=None):
+    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks (K does not
+    change either; it is accepted so that a call can pass M, N, K as `gemm` sees them)."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
     if cluster_m not in (1, 2):
@@ -738,8 +738,6 @@ def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, 
     plan = plan_for(M, N, tile[1], schedule, gpu, cluster_m)
     if stages is not None:
         _stage_budget(tile, epilogue, depth=stages)   # ValueError when that many do not fit
-    if defer_epilogue is None:
-        defer_epilogue = epilogue == "register"
     cfg = Config(tile_n=tile[1], narrow_n=plan.narrow, epilogue=epilogue, epi_stages=STAGED_BUFFERS,
                  stages=stage_count(tile, epilogue) if stages is None else stages, cluster_m=cluster_m,
                  dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k)
@@ -747,7 +745,7 @@ def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, 
 
 
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool | None = None,
+                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
                  stream_k: bool = False, arch: str = ARCH, dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
     (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
@@ -872,7 +870,7 @@ class _Call:
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool | None, stream_k: bool) -> _Call:
+             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool, stream_k: bool) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
     through `_call_for`, which passes every option in one form, so equal options share one cache entry."""
@@ -892,7 +890,7 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
 
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
               schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
-              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool | None = None,
+              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool = False,
               stream_k: bool = False) -> _Call:
     """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
     one cached _Call)."""
@@ -937,7 +935,7 @@ def _check_operand(name: str, t) -> None:
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
          band_rows: int | None = None, persistent: bool = True, dynamic: bool = True,
-         defer_epilogue: bool | None = None, stream_k: bool = False) -> torch.Tensor:
+         defer_epilogue: bool = False, stream_k: bool = False) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
@@ -948,11 +946,12 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     row-major order.
     persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
     dynamic: persistent CTAs take the next item of the list from a global counter (False: slot i runs items
-    i, i + slots, ...). defer_epilogue: store each item's C while the next item's first K-block is in the
-    tensor cores; None (default): wherever the epilogue is the register one.
-    stream_k: split a uniform plan's partial last wave along K over every slot (`work_rows`). Off by default:
-    on the H200 at 4096^3 handing a partial sum over cost ~10 us, more than the 0.12-wave tail it removes
-    (notes/perf-log.md, session 4).
+    i, i + slots, ...).
+    Two options measured on the H200 and left off by default (notes/perf-log.md, session 4):
+    defer_epilogue: (register epilogue) store each item's C while the next item's first K-block is in the
+    tensor cores; within +-1.5 % of the plain epilogue at every square in alternating rounds.
+    stream_k: split a uniform plan's partial last wave along K over every slot (`work_rows`); at 4096^3
+    handing a partial sum over cost ~10 us, more than the 0.12-wave tail it removes (-2 to -3 %).
     """
     _check_operand("a", a)
     _check_operand("b", b)

@@ -30,14 +30,10 @@ def count(hist, prefix):
 
 # ------------------------------------------------------------------------------------------- CPU: SASS
 
-# Builds with the plain register epilogue (gemm defers it by default) and no stream-K, unless a test asks
-REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1,
-                defer_epilogue=False)
+REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1)
 STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1)
-SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1,
-             defer_epilogue=False)
-CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2,
-               defer_epilogue=False)
+SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1)
+CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2)
 
 
 @pytest.mark.parametrize("kw", [REGISTER, STAGED, SEVEN, CLUSTER], ids=["register", "staged", "7-stage", "cluster"])
@@ -228,12 +224,12 @@ GPU_CONFIGS = {
     "cluster2-staged": dict(cluster_m=2, epilogue="staged", schedule="uniform"),
     "static-walk": dict(dynamic=False),
     "one-cta-pair-per-item": dict(persistent=False),
-    "plain-register-epilogue": dict(defer_epilogue=False),
-    "plain-register-epilogue-balanced-c1": dict(defer_epilogue=False, cluster_m=1),
+    "deferred-epilogue": dict(defer_epilogue=True),
+    "deferred-epilogue-balanced-c1": dict(defer_epilogue=True, cluster_m=1),
     # stream-K forced on: at (1000, 1032, 520) all 20 items are split (three or four pieces each), at
     # (2048, 5120, 1024) the last 28 of 160, at (2560, 7168, 256) 16 items into single K-blocks
     "stream-k": dict(schedule="uniform", stream_k=True),
-    "stream-k-plain-epilogue": dict(schedule="uniform", stream_k=True, defer_epilogue=False),
+    "stream-k-deferred": dict(schedule="uniform", stream_k=True, defer_epilogue=True),
     "stream-k-c1-staged": dict(schedule="uniform", stream_k=True, cluster_m=1, epilogue="staged"),
 }
 # 67 items on 66 CTA pairs with 256 K-blocks each: the one tail item goes to 66 units of 3-4 K-blocks, 65 of them
@@ -434,10 +430,9 @@ def test_stream_k_refuses_a_plan_with_narrow_items():
         hopper.compile_gemm(8192, 8192, 8192, stream_k=True)   # balanced: narrow items fill the last wave
 
 
-def test_gemm_defers_the_register_epilogue_by_default():
-    assert hopper.config_for(4096, 4096)[0].defer_epilogue
-    assert not hopper.config_for(4096, 4096, epilogue="staged")[0].defer_epilogue
-    assert not hopper.config_for(4096, 4096)[0].stream_k
+def test_deferral_and_stream_k_are_options():
+    cfg = hopper.config_for(4096, 4096, 4096)[0]
+    assert not cfg.defer_epilogue and not cfg.stream_k
     with pytest.raises(ValueError, match="register epilogue"):
         hopper.config_for(4096, 4096, epilogue="staged", defer_epilogue=True)
 

@@ -90,12 +90,15 @@ plt.show()
 # WGMMA row has no gaps. With too few, every gap is memory latency the tensor cores wait for. How many stages a CTA can
 # afford is a shared-memory question (section 2).
 #
-# The producer and the consumers' main loop, from the package (`inspect.getsource`, the code that runs):
+# The producer, the consumers' walk over the work list, and their K loop, from the package (`inspect.getsource`, the
+# code that runs). A row of the work list is one segment of K-blocks: all of an item's K, except with notebook 08's
+# stream-K option, where a row may hold the end of one item and the start of the next.
 
 # %%
 print(inspect.getsource(hopper.HopperGemm.produce))
 src = inspect.getsource(hopper.HopperGemm.consume)
-print(src[src.index("        taken = pipeline.make_pipeline_state"):src.index("            if cutlass.const_expr(self.staged):\n                self.staged_epilogue")])
+print(src[src.index("        taken = pipeline.make_pipeline_state"):src.index("                    to_c = cutlass.Boolean(True)")])
+print(inspect.getsource(hopper.HopperGemm.mainloop))
 
 # %% [markdown]
 # Two things to notice. The consumer keeps **one K-block of WGMMAs in flight** (`wait_group(1)`): a stage is released
@@ -210,12 +213,10 @@ print(inspect.getsource(hopper.HopperGemm.staged_epilogue))
 # ## 4. The evidence in the machine code
 #
 # The 4-stage, staged-epilogue kernel compiled for `sm_90a` here (about two seconds; the kernel is shape-generic, the
-# shape only picks the work list). `stream_k=False` keeps notebook 08's stream-K tail, which `gemm` would switch on at
-# this shape, out of the build:
+# shape only picks the work list):
 
 # %%
-art = hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform",
-                          stream_k=False)
+art = hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform")
 ops = sass_tools.histogram(art.sass)
 base = sass_tools.histogram(art.sass, base=True)
 evidence = pd.Series({

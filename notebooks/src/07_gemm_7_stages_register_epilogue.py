@@ -192,17 +192,16 @@ plt.show()
 #
 # Hopper: the staged and the register build of the same 4-stage 128 × 256 kernel, and the 7-stage 128 × 128 register
 # build. Blackwell: seed 004's two builds, staged with 4 stages and register with 7 (`blackwell.compile_gemm`, compiled
-# for `sm_100a` here, not run). About two seconds each; `stream_k=False` keeps notebook 08's stream-K tail out of the
-# Hopper builds.
+# for `sm_100a` here, not run). About two seconds each.
 
 # %%
 builds = {
     "H200 128x256 s4 staged": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged",
-                                                  schedule="uniform", stream_k=False),
+                                                  schedule="uniform"),
     "H200 128x256 s4 register": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4,
-                                                    epilogue="register", schedule="uniform", stream_k=False),
+                                                    epilogue="register", schedule="uniform"),
     "H200 128x128 s7 register": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=7,
-                                                    epilogue="register", schedule="uniform", stream_k=False),
+                                                    epilogue="register", schedule="uniform"),
     "B200 256x256 s4 staged": blackwell.compile_gemm(4096, 4096, 4096, stages=4, epilogue="staged"),
     "B200 256x256 s7 register": blackwell.compile_gemm(4096, 4096, 4096, stages=7, epilogue="register"),
 }

@@ -14,7 +14,8 @@
 #   tile widths alone (no table of answers), and why it picks N192 at 4096³ but N224 at 8192³;
 # * on which H200 shapes the same trick should pay (≥ 5 % predicted), and what was measured there;
 # * why a persistent GEMM that matches cuBLAS clock for clock can still lose to it: DRAM bytes, power and the
-#   clock, and how handing out tiles dynamically and in L2-sized bands wins that back (section 5).
+#   clock, and how handing out tiles dynamically and in L2-sized bands wins that back (section 5);
+# * stream-K and a deferred epilogue for the last percent at 4096³, and why neither paid (section 6).
 #
 # **What runs where.** Everything in sections 1 and 2 is arithmetic and runs on any CPU: the plans are
 # *computed*, with one modelling assumption, stated where it is used. Section 3 puts measurements next to
@@ -525,18 +526,17 @@ print("% of torch.matmul's speed, 10 rounds, commit 7062732: data/measured/h200/
 display(summary)
 
 # %% [markdown]
-# And on the shapes where our uniform tiling leaves a poor last wave: the four most recent runs of our default
-# against `torch.matmul` (the benchmark's `gemm.csv` and the sweep's `gemm_sweep.csv`, one column per run, oldest
-# first; each run is one commit), shapes timed in at least three of them. Where cuBLAS is weak, our balanced
-# tiles stay ahead run after run.
+# And on the shapes where our uniform tiling leaves a poor last wave: our default against `torch.matmul` in the four
+# most recent runs that timed at least four of those shapes (the benchmark's `gemm.csv` and the sweep's
+# `gemm_sweep.csv`, one column per run, oldest first; each run is one commit), shapes timed in at least three of
+# them. Section 6's runs timed only the benchmark's three default shapes and are left out here. Where cuBLAS is
+# weak, our balanced tiles stay ahead run after run.
 
 # %%
 DEFAULT = "128x256x64 s4 register balanced cluster2"
 both = pd.concat([records.read("h200", "gemm").assign(table="bench"),
                   records.read("h200", "gemm_sweep").assign(table="sweep")])
 both = both[(both.kernel == "torch") | (both.variant == DEFAULT)]
-recent = (both.groupby(["commit", "table"]).date.max().sort_values().index[-4:])   # the four latest runs
-both = both.set_index(["commit", "table"]).loc[list(recent)].reset_index()
 runs = both.pivot_table(index=["M", "N", "K", "commit", "table"], columns="kernel", values="ms_median",
                         aggfunc="last").dropna()
 runs["pct"] = 100 * runs["torch"] / runs["ours"]
@@ -545,12 +545,151 @@ fills = {(m, n): hopper.plan_for(m, n, 256, "uniform", gpus.H200, cluster_m=2).l
 runs = runs.reset_index()
 runs["last_wave_fill"] = [fills[m, n] for m, n in zip(runs.M, runs.N)]
 poor = runs[(runs.last_wave_fill < 0.5) & (runs.K == 8192)]
+covered = poor.groupby(["commit", "table"]).size()
+dates = both.groupby(["commit", "table"]).date.max()
+recent = list(dates[covered[covered >= 4].index].sort_values().index[-4:])   # the four latest such runs
+poor = poor.set_index(["commit", "table"]).loc[recent].reset_index()
 table = poor.pivot_table(index=["M", "N", "K", "last_wave_fill"], columns=["commit", "table"], values="pct")
 table = table.reindex(columns=[c for c in recent if c in table.columns])
 table = table[table.notna().sum(axis=1) >= 3]
 display(table.round(0).style.format("{:.0f}", na_rep="").background_gradient(cmap="RdBu", vmin=80, vmax=120))
 print(f"poor-last-wave shapes at or above 105 % in every one of these runs that timed them: "
       + ", ".join(f"{m}x{n}x{k}" for (m, n, k, _), r in table.iterrows() if (r.dropna().round() >= 105).all()))
+
+# %% [markdown]
+# ## 6. The last percent at 4096³: two ideas that did not pay, measured
+#
+# After section 5, 4096³ is the one square still a little behind cuBLAS: 97–99 % in the benchmark runs,
+# 98–101 % in alternating rounds. It has 256 items of 256 × 256 (CTA pairs) on 66 pairs: 3.88 waves, so
+# in the fourth wave 8 pairs idle for a whole item, about 0.12 of a ~50 µs item per pair on average, ~3 % of
+# the run. Two classic remedies were built, tested and timed in session 4. Neither is the default now; both
+# stay in the kernel as options (`gemm(..., stream_k=True)`, `gemm(..., defer_epilogue=True)`) with their
+# tests, because what they cost is the lesson.
+#
+# ### 6a. Stream-K: split the last wave along K
+#
+# `waves.stream_k` keeps the first three waves whole and cuts the last 58 items' K-blocks into 66 equal
+# *units*, one per pair: each unit is the end of one item and the start of the next. A unit that starts
+# mid-item hands its fp32 partial sum to the pair that holds the item's first K-block, which adds it and
+# writes C. The model's tail shrinks from 1.0 item to 58 / 66 = 0.88:
+
+# %%
+full, units = waves.stream_k(256, 66, 64)
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), layout="constrained", sharey=True)
+for ax, title in zip(axes, ("uniform: the 4th wave, 58 items on 66 pairs", "stream-K: 66 units of 56-57 K-blocks")):
+    ax.set_title(title, fontsize="medium")
+    ax.set_xlabel("time in the last wave (items of 64 K-blocks)")
+    ax.axvline(1.0, color="k", ls=":", lw=1)
+for slot in range(66):
+    if slot < 58:
+        axes[0].broken_barh([(0, 1.0)], (slot, 0.8), color=plots.GAIN)
+    t = 0.0
+    for seg in units[slot]:
+        length = (seg.k1 - seg.k0) / 64
+        axes[1].broken_barh([(t, length)], (slot, 0.8),
+                            color=plots.GAIN if seg.k0 == 0 else plots.IDLE)
+        t += length
+axes[0].set_ylabel("CTA pair")
+axes[1].legend(handles=[plt.Rectangle((0, 0), 1, 1, color=plots.IDLE), plt.Rectangle((0, 0), 1, 1, color=plots.GAIN)],
+               labels=["hands a partial sum on", "holds K-block 0: adds, writes C"], fontsize="small",
+               loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+plots.caption(axes[0], "computed: gemm_kernels.waves.stream_k(256, 66, 64), no GPU")
+plt.show()
+print(f"{full} whole items, then {len(units)} units; the longest unit: "
+      f"{max(sum(s.k1 - s.k0 for s in u) for u in units) / 64:.3f} items, where the uniform tail takes 1")
+
+# %% [markdown]
+# The hand-over is `settle`, called after each segment's K loop. A contributing warpgroup stores its
+# 128 partial sums per thread as 16-byte stores, and one thread counts them on a flag with a release; the
+# finishing warpgroup spins on the flag with acquire loads, then adds the partials:
+
+# %%
+print(inspect.getsource(hopper.HopperGemm.settle))
+
+# %% [markdown]
+# **Prediction** (written before the run, `notes/perf-log.md`): the tail loses ~6 µs of ~200, and a partial
+# sum costs ~1 µs to store and ~1 µs to read, so +1.5–2 %. **Measured:** 2–3 % *slower*. A diagnostic probe
+# (`tools/probes/probe_stream_k.py`) timed four builds side by side. Two of them are built to isolate a cost.
+# *whole rows* is the stream-K build with no item split, which isolates the build's own cost. *halves* cuts each
+# tail item into two halves on two pairs: a hand-over per item, with no gain possible.
+
+# %%
+diag = pd.read_csv(PROBES / "gemm_stream_k_diagnosis.csv")
+med = diag.groupby("config")[["synced_ms", "b2b_ms"]].median() * 1000
+order = ["torch", "no stream-k", "stream-k whole rows", "stream-k", "stream-k halves"]
+med = med.loc[order]
+fig, ax = plt.subplots(figsize=(8, 3.0), layout="constrained")
+ax.barh(order[::-1], med.b2b_ms[::-1], color=[plots.GAIN if "stream" in o else plots.IDLE for o in order[::-1]])
+ax.set_xlim(med.b2b_ms.min() * 0.95, med.b2b_ms.max() * 1.02)
+for y, v in enumerate(med.b2b_ms[::-1]):
+    ax.annotate(f"{v:.1f} µs", (v, y), xytext=(3, -3), textcoords="offset points", fontsize="x-small")
+ax.set_xlabel("4096³, µs per call, back to back (median of 6 rounds)")
+ax.set_title("Where stream-K's time went", fontsize="medium")
+plots.caption(ax, "data/measured/h200/probes/gemm_stream_k_diagnosis.csv (commit 3f03e44)")
+plt.show()
+cost = med.b2b_ms["stream-k halves"] - med.b2b_ms["no stream-k"]
+build = med.b2b_ms["stream-k whole rows"] - med.b2b_ms["no stream-k"]
+net = med.b2b_ms["stream-k"] - med.b2b_ms["no stream-k"]
+print(f"the build itself: {build:+.1f} µs; one hand-over round (halves): {cost:+.1f} µs; "
+      f"stream-K as designed: {net:+.1f} µs")
+display(med.round(1))
+
+# %% [markdown]
+# The build is free. A hand-over is not: about 10 µs, against the ~6 µs that the tail costs. A CTA pair's
+# partial is 256 KiB of fp32 (two CTAs × 128 × 256), and 58 of them cross the L2 at once, each on some unit's
+# critical path twice (store, then load). Stream-K pays where the tail is large against that cost: at
+# 4096³ on the H200 it is not. Where the tail *is* large, the balanced schedule of sections 1–3 removes it
+# without any hand-over.
+#
+# **A deadlock, found by the benchmark.** The first version let pairs claim units from the counter like
+# any row. At 16384³ the single-tail-item units are only 15–16 K-blocks long, and a pair done early claimed
+# its next row while still loading the current one (section 5's look-ahead). That could be the very unit
+# whose partial its own FINISH was waiting for. The bench hung (`probes/gemm_bench_stream_k_hang.txt`).
+# The fix is in `claim` above: the last 66 rows are the units, and pair *c* runs unit *c* after its whole
+# rows. A FINISH then waits only for units that start with their contribution, each on a pair of its own.
+# The test `test_stream_k_finishes_with_many_contributors_behind_long_rows` reproduces the case: 65
+# contributors to one item, behind ~100 µs rows.
+#
+# ### 6b. Deferring the epilogue
+#
+# The register epilogue stalls the tensor cores for about 1 µs per item while C goes out. With
+# `defer_epilogue=True` the accumulator is packed to bf16 (64 registers per thread), and the stores wait. They
+# go out after the next item's first K-block of WGMMAs is issued, so they overlap the tensor cores. Its
+# first build taught a ptxas lesson. With a narrow tile width the kernel has two K-loop copies, and the extra
+# registers made ptxas *serialize every WGMMA* (warning C7511, one `WARPGROUP.DEPBAR` per HGMMA). That build
+# ran 8–30 % slower at every shape with narrow items. The fix: each K-loop copy zeroes its own accumulator
+# and waits for its own last WGMMA group, so no group spans the width branch. A CPU test now counts the waits
+# in six builds (`test_wgmmas_are_not_serialized`). Fixed, the deferred epilogue measured:
+
+# %%
+DEFER_RUNS = [  # (probe file, commit, the config name of the plain epilogue, of the deferred one)
+    ("gemm_deferred_rounds.csv", "27307ef", "default", "deferred"),
+    ("gemm_stream_k_rounds.csv", "14d7510", "no stream-k", "deferred"),
+    ("gemm_deferred_default_rounds.csv", "21d0c79", "plain register", "default"),
+]
+rows = []
+for name, commit, plain, deferred in DEFER_RUNS:
+    runs = pd.read_csv(PROBES / name)
+    for shape, g in runs.groupby("shape"):
+        m = g.groupby("config")[["synced_ms", "b2b_ms"]].median()
+        rows.append({"file": name, "commit": commit, "shape": shape, "rounds": g["round"].nunique(),
+                     **{f"deferred vs plain, {w} (%)": 100 * (m.loc[plain, c] / m.loc[deferred, c] - 1)
+                        for c, w in (("synced_ms", "synced"), ("b2b_ms", "back to back"))}})
+defer_table = pd.DataFrame(rows).round(1)
+display(defer_table)
+
+# %% [markdown]
+# Positive means the deferred epilogue was faster. Synchronised: −1.5 to +1.1 %; back to back: −0.4 to +0.5 %.
+# At most half a percent, inside the noise of one run. The benchmark read it 3–5 % *slower* at 16384³ in three
+# runs (`gemm.csv`), which these alternating rounds do not reproduce. The ~1 µs per item was either not on
+# the critical path, or the overlap stole as much as it hid. It stays an option; the plain epilogue stays the
+# default.
+#
+# **Where that leaves 4096³.** Both remedies attacked the tail and the epilogue, and neither moved the
+# number. The ~1 % left is somewhere else. cuBLAS picks a different tile at this size. A ping-pong of two
+# consumer warpgroups, each on its own tile, would hide the epilogue entirely, at the price of more operand
+# bytes per flop, which section 5 says costs clock. Those are the next experiments. Predict them first: this
+# section's two predictions were both wrong in sign or size.
 
 # %% [markdown]
 # ## Take-aways
@@ -568,6 +707,9 @@ print(f"poor-last-wave shapes at or above 105 % in every one of these runs that 
 # * Once the tail is fixed, the next limit on the H200 is power: at its 690 W cap, every DRAM byte costs clock.
 #   A persistent kernel must keep the tiles *in flight* close together in the raster; handing them out
 #   dynamically, in bands whose A fits in L2, brought our DRAM bytes from 1.8x cuBLAS's to 1.07x.
+# * A remedy is only as good as its cost on this machine. Stream-K removes a tail of 0.12 waves but hands
+#   256 KiB partial sums across the L2, ~10 µs a time at 4096³: it lost 2–3 %. Measure the cost of the
+#   mechanism (section 6's *halves* build), not only the idle time it removes.
 #
 # The planner: `gemm_kernels/waves.py`; its tests: `tests/test_waves.py`. The stage arithmetic that the
 # register epilogue pays into is `gemm_kernels/stages.py`.
