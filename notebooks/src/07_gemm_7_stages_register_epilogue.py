@@ -105,7 +105,8 @@ plt.show()
 # row and the column, which is all the tail handling it needs.
 
 # %%
-print(inspect.getsource(hopper.HopperGemm.register_epilogue))
+for part in (hopper.HopperGemm.register_epilogue, hopper.HopperGemm.pack_accumulator, hopper.HopperGemm.store_words):
+    print(inspect.getsource(part))
 print(inspect.getsource(hopper._quad_transpose))
 
 # %% [markdown]
