@@ -291,6 +291,8 @@ class HopperGemm:
                 # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
                 tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
                                                    cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+                # range(k_count) plus an offset, not range(k0, k0 + k_count): with the latter form ptxas
+                # serialized the consumers' WGMMAs (C7515; test_wgmmas_are_not_serialized)
                 for i in range(k_count):
                     kb = k0 + i
                     ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
