@@ -462,8 +462,8 @@ class HopperGemm:
 
         CONTRIBUTE: store this warpgroup's fp32 partial in workspace slot `arg`, then count it on flag `flag`.
         FINISH: wait until `arg` partials are counted on `flag`, add them (slots flag .. flag + arg - 1) and reset
-        the flag for the next launch. Every wait is for a segment that starts its unit, which is later in the
-        list and never waits itself, so the waits cannot form a cycle (gemm_kernels.waves.stream_k)."""
+        the flag for the next launch. Every wait is for a segment that starts its unit and never waits itself,
+        and each unit runs on a cluster of its own (`claim`), so the waits cannot form a cycle."""
         wg, t = ctidx // 128, ctidx % 128
         group = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=128)   # this warpgroup only
         flag_ptr = counter.iterator + 2 + (flag * self.cfg.cluster_m + rank) * 2 + wg
@@ -728,11 +728,10 @@ def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: in
                       balanced=schedule == "balanced", schedule="static", ctas_per_item=cluster_m)
 
 
-def config_for(M: int, N: int, K: int | None = None, *, tile=None, stages=None, epilogue="register",
-               schedule="balanced", cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True,
-               defer_epilogue: bool = False, stream_k: bool = False, gpu=None):
-    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks (K does not
-    change either; it is accepted so that a call can pass M, N, K as `gemm` sees them)."""
+def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
+               cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
+               stream_k: bool = False, gpu=None):
+    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
     if cluster_m not in (1, 2):
@@ -755,7 +754,7 @@ def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="re
         raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
     check_shape(M, N, K)
     from workbook import gpus, sass
-    cfg, _ = config_for(M, N, K, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
+    cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                         cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k,
                         gpu=gpus.H200)
     return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, M, N, K, 1, cluster_m,
@@ -803,9 +802,10 @@ def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool):
 
     Each row holds `Config.segments` segments of SEGMENT_COLS ints: (m0, n0, width, k0, k_count, role, flag,
     arg). Without stream-K every row is one WHOLE segment over all K-blocks. With it, the banded list's last
-    partial wave becomes `waves.stream_k` units, padded with empty rows to one per slot (`HopperGemm.claim`): a segment that starts mid-item CONTRIBUTEs its partial sum to
-    workspace slot `arg` and counts it on flag `flag`; the segment holding the item's first K-block is the
-    FINISH, which waits for `arg` partials on `flag` (the item's first slot) and writes C."""
+    partial wave becomes `waves.stream_k` units, padded with empty rows to one per slot (`HopperGemm.claim`
+    hands unit c to cluster c). A segment that starts mid-item CONTRIBUTEs its partial sum to workspace slot
+    `arg` and counts it on flag `flag`; the segment holding the item's first K-block is the FINISH, which
+    waits for `arg` partials on `flag` (the item's first slot) and writes C."""
     from gemm_kernels import waves
     ordered = banded(items, band_rows)
     segments = 2 if stream_k else 1
@@ -881,7 +881,7 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
         raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
-    cfg, plan = config_for(M, N, K, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
+    cfg, plan = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                            cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k)
     rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))

@@ -431,7 +431,7 @@ def test_stream_k_refuses_a_plan_with_narrow_items():
 
 
 def test_deferral_and_stream_k_are_options():
-    cfg = hopper.config_for(4096, 4096, 4096)[0]
+    cfg = hopper.config_for(4096, 4096)[0]
     assert not cfg.defer_epilogue and not cfg.stream_k
     with pytest.raises(ValueError, match="register epilogue"):
         hopper.config_for(4096, 4096, epilogue="staged", defer_epilogue=True)
