@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import cuda.bindings.driver as cuda_driver
 import torch
@@ -83,6 +83,11 @@ PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K r
 # (m0, n0, width, first K-block, K-blocks, role, flag, slot-or-count); a segment with 0 K-blocks is absent.
 SEGMENT_COLS = 8
 WHOLE, CONTRIBUTE, FINISH = 0, 1, 2   # roles: all of K -> C; a partial sum -> the workspace; add them -> C
+# A trace (Config.trace, `timeline`): per CTA, int64 globaltimer stamps [entry, exit] then, per segment run,
+# (row, start, first K-block landed, last WGMMA done, C written); TRACE_SEGMENTS per CTA at most.
+TRACE_SEGMENTS = 64
+TRACE_FIELDS = ("row", "start", "data", "mma_done", "stored")
+TRACE_COLS = 2 + len(TRACE_FIELDS) * TRACE_SEGMENTS
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,8 @@ class Config:
     dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
     defer_epilogue: bool = False   # register epilogue: store item j's C while item j+1's first WGMMAs run
     stream_k: bool = False         # the last partial wave's items are split along K over every slot
+    claim_ahead: bool = False      # dynamic: first item by cluster index, the next claimed during this one's loads
+    trace: bool = False            # record a timeline of every CTA's segments (`timeline`)
 
     def __post_init__(self):
         if self.epilogue not in EPILOGUES:
@@ -140,8 +147,8 @@ class HopperGemm:
     # ---------------------------------------------------------------- host side (traced once per compile)
     @cute.jit
     def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, c_ptr: cute.Pointer, work_ptr: cute.Pointer,
-                 counter_ptr: cute.Pointer, partials_ptr: cute.Pointer, M: cutlass.Int32, N: cutlass.Int32,
-                 K: cutlass.Int32,
+                 counter_ptr: cute.Pointer, partials_ptr: cute.Pointer, trace_ptr: cute.Pointer, M: cutlass.Int32,
+                 N: cutlass.Int32, K: cutlass.Int32,
                  num_items: cutlass.Int32, num_ctas: cutlass.Int32, stream):
         # Plain pointers and sizes make the launch cheap on the host (no DLPack per call); the layouts are
         # rebuilt here. K and N are multiples of 8 (checked by the host API), which TMA needs to know.
@@ -154,6 +161,7 @@ class HopperGemm:
         # (next item, clusters done, stream-K flags...), all 0 between launches
         counter = cute.make_tensor(counter_ptr, cute.make_layout(2))
         partials = cute.make_tensor(partials_ptr, cute.make_layout(1))   # stream-K workspace (fp32), by pointer
+        trace = cute.make_tensor(trace_ptr, cute.make_layout((num_ctas, TRACE_COLS), stride=(TRACE_COLS, 1)))
         cfg = self.cfg
         bf16 = cutlass.BFloat16
 
@@ -195,7 +203,7 @@ class HopperGemm:
             sC: cute.struct.Align[cute.struct.MemRange[bf16, epi_elems], 1024]
 
         self.shared_storage = SharedStorage
-        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials,
+        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials, trace,
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
             grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], cluster=[cfg.cluster_m, 1, 1], min_blocks_per_mp=1,
             stream=stream)
@@ -204,7 +212,7 @@ class HopperGemm:
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
                tma_c: cute.CopyAtom, mC_tma: cute.Tensor, mC: cute.Tensor, work: cute.Tensor, counter: cute.Tensor,
-               partials: cute.Tensor, tiled_mma: cute.TiledMma, narrow_mma: cute.TiledMma,
+               partials: cute.Tensor, trace: cute.Tensor, tiled_mma: cute.TiledMma, narrow_mma: cute.TiledMma,
                a_layout: cute.ComposedLayout, b_layout: cute.ComposedLayout, epi_layout: cute.ComposedLayout):
         cfg = self.cfg
         tidx, _, _ = cute.arch.thread_idx()
@@ -265,8 +273,8 @@ class HopperGemm:
                 sC = storage.sC.get_tensor(epi_layout.outer, swizzle=epi_layout.inner)
             else:
                 sC = None
-            self.consume(tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, partials,
-                         cluster, num_clusters, rank, num_items, ctidx, warp_idx, tma_c, mC_tma, mC)
+            self.consume(tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, partials, trace,
+                         cta, cluster, num_clusters, rank, num_items, ctidx, warp_idx, tma_c, mC_tma, mC)
 
     @cute.jit
     def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster, num_clusters,
@@ -276,10 +284,12 @@ class HopperGemm:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
-        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items)
+        ahead = cutlass.const_expr(self.cfg.claim_ahead and self.cfg.dynamic)
+        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items,
+                             first=True)
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
-            for seg in range(self.cfg.segments):
+            for seg in cutlass.range_constexpr(self.cfg.segments):
                 col = seg * SEGMENT_COLS
                 m0, n0 = work[item, col] + rank * TILE_M, work[item, col + 1]
                 k0, k_count = work[item, col + 3], work[item, col + 4]
@@ -291,22 +301,22 @@ class HopperGemm:
                 # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
                 tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
                                                    cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-                # range(k_count) plus an offset, not range(k0, k0 + k_count): with the latter form ptxas
-                # serialized the consumers' WGMMAs (C7515; test_wgmmas_are_not_serialized)
-                for i in range(k_count):
-                    kb = k0 + i
-                    ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
-                    full = ring.producer_get_barrier(state)
-                    cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
-                    if cutlass.const_expr(cm > 1):
-                        cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full,
-                                  mcast_mask=cutlass.Int16((1 << cm) - 1))
-                    else:
-                        cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
-                    state.advance()
-            # the last loads of this item are issued: claim the next one now, while the ring still holds
-            # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
-            claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items)
+                loads = (ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB)
+                if cutlass.const_expr(ahead and seg == 0):
+                    # Fill the ring with this row's first K-blocks, then claim the next row while the warp would
+                    # only wait for a free slot: the claim's round trip leaves the path between rows.
+                    head = cutlass.min(k_count, self.cfg.stages)
+                    state = self.load_k_blocks(*loads, k0, head, state)
+                    claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters,
+                                         num_items)
+                    state = self.load_k_blocks(*loads, k0 + head, k_count - head, state)
+                else:
+                    state = self.load_k_blocks(*loads, k0, k_count, state)
+            if cutlass.const_expr(not ahead):
+                # the last loads of this item are issued: claim the next one now, while the ring still holds
+                # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
+                claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters,
+                                     num_items)
             item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         ring.producer_tail(state)                     # do not exit while TMA writes are in flight
         if cutlass.const_expr(self.cfg.dynamic):
@@ -314,8 +324,27 @@ class HopperGemm:
             self.reset_counter(counter, rank, num_clusters)
 
     @cute.jit
-    def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, partials,
-                cluster, num_clusters, rank, num_items, ctidx, warp_idx, tma_c, mC_tma, mC):
+    def load_k_blocks(self, ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, count, state):
+        """Producer warp: TMA-load K-blocks k0 .. k0 + count - 1 of A and B into the ring; returns its position.
+        range(count) plus an offset, not range(k0, k0 + count): with the latter form ptxas serialized the
+        consumers' WGMMAs (C7515; test_wgmmas_are_not_serialized)."""
+        cm = self.cfg.cluster_m
+        for i in range(count):
+            kb = k0 + i
+            ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
+            full = ring.producer_get_barrier(state)
+            cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
+            if cutlass.const_expr(cm > 1):
+                cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full,
+                          mcast_mask=cutlass.Int16((1 << cm) - 1))
+            else:
+                cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
+            state.advance()
+        return state
+
+    @cute.jit
+    def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, partials, trace,
+                cta, cluster, num_clusters, rank, num_items, ctidx, warp_idx, tma_c, mC_tma, mC):
         """Two warpgroups: WGMMA over the ring into fp32 registers, then the epilogue, segment after segment."""
         cfg = self.cfg
         has_narrow = cutlass.const_expr(cfg.narrow_n is not None)
@@ -350,6 +379,10 @@ class HopperGemm:
             words = cute.make_rmem_tensor((cfg.tile_n // 32, 2, 4), cutlass.Int32)
             prev_m0, prev_n0, prev_width = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(0)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
+        tracing = cutlass.const_expr(cfg.trace)
+        if cutlass.const_expr(tracing):
+            self.stamp(trace, cta, 0, ctidx)
+            traced = cutlass.Int32(0)          # segments recorded so far
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
             for seg in range(cfg.segments):
@@ -357,6 +390,14 @@ class HopperGemm:
                 m0, n0, width = work[item, col] + rank * TILE_M, work[item, col + 1], work[item, col + 2]
                 k_count = work[item, col + 4]
                 if k_count > 0:
+                    if cutlass.const_expr(tracing):
+                        at = 2 + cutlass.min(traced, TRACE_SEGMENTS - 1) * len(TRACE_FIELDS)
+                        if ctidx < 32:
+                            trace[cta, at] = cutlass.Int64(item)
+                        self.stamp(trace, cta, at + 1, ctidx)
+                        if ctidx < 32:
+                            ring.consumer_wait(read)   # only to see when the first K-block lands; no state change
+                        self.stamp(trace, cta, at + 2, ctidx)
                     is_narrow = width < cfg.tile_n
                     pending = None
                     if cutlass.const_expr(defer):
@@ -376,6 +417,8 @@ class HopperGemm:
                                                       pending)
                     ring.consumer_release(release)
                     release.advance()
+                    if cutlass.const_expr(tracing):
+                        self.stamp(trace, cta, at + 3, ctidx)
 
                     to_c = cutlass.Boolean(True)
                     if cutlass.const_expr(cfg.stream_k):
@@ -392,12 +435,24 @@ class HopperGemm:
                         tiles_done += 1
                     elif cutlass.const_expr(defer):
                         prev_width = cutlass.Int32(0)            # stored in this segment's first K-block already
+                    if cutlass.const_expr(tracing):
+                        self.stamp(trace, cta, at + 4, ctidx)
+                        traced += 1
             item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         if cutlass.const_expr(defer):
             self.store_words(tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)   # the last item's C
 
         if cutlass.const_expr(self.staged):
             epi[-1].producer_tail()
+        if cutlass.const_expr(tracing):
+            self.stamp(trace, cta, 1, ctidx)
+
+    @cute.jit
+    def stamp(self, trace, cta, col, ctidx):
+        """Trace: the first consumer warp writes the global nanosecond timer into this CTA's column `col` (a
+        whole warp: a branch on one lane, this near the WGMMAs, made ptxas serialize them, C7515)."""
+        if ctidx < 32:
+            trace[cta, col] = cute.arch.globaltimer()
 
     # ---------------------------------------------------------------- which item next
     # Static: cluster c runs items c, c + clusters, c + 2 * clusters, ... Dynamic: rank 0's producer warp claims
@@ -408,7 +463,7 @@ class HopperGemm:
     # `band_rows_for`: ncu_dyn_16384.txt).
 
     @cute.jit
-    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items):
+    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items, first=False):
         """Producer warp: wait until every reader is done with the next queue entry and arm its barrier for 4
         bytes; in rank 0, one lane takes a ticket from the counter and stores it into every CTA's entry.
 
@@ -419,7 +474,12 @@ class HopperGemm:
             pipe.producer_acquire(claimed)
             if rank == 0:
                 if cute.arch.lane_idx() == 0:
-                    ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
+                    if cutlass.const_expr(first and self.cfg.claim_ahead):
+                        ticket = cluster                 # the first row by cluster index: no round trip
+                    else:
+                        ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
+                        if cutlass.const_expr(self.cfg.claim_ahead):
+                            ticket = ticket + num_clusters   # tickets count on from the rows handed out first
                     if cutlass.const_expr(self.cfg.stream_k):
                         whole = num_items - num_clusters
                         if ticket >= whole:
@@ -747,7 +807,7 @@ def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", s
 
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
                  cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
-                 stream_k: bool = False, arch: str = ARCH, dump_dir=None):
+                 stream_k: bool = False, variant: dict | None = None, arch: str = ARCH, dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
     (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
     if arch != ARCH:
@@ -757,7 +817,8 @@ def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="re
     cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                         cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k,
                         gpu=gpus.H200)
-    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, M, N, K, 1, cluster_m,
+    cfg = replace(cfg, **dict(variant or ()))
+    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cluster_m,
                                                     make_fake_stream()), arch=arch, dump_dir=dump_dir)
 
 
@@ -854,28 +915,32 @@ class _Call:
     partial_slots: int = 0   # stream-K workspace slots (0: no stream-K)
     scratches: dict = field(default_factory=dict)   # stream -> (counter and flags, partial sums)
 
-    def scratch(self, stream: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def scratch(self, stream: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """For launches on `stream`: the [next item, clusters done, stream-K flags...] int32 counter, zero
-        between launches (the last cluster resets the first two, each FINISH its flag), and the fp32 stream-K
-        workspace (one (cluster_m x 128) x tile_n partial per slot). One pair per stream: launches on one
-        stream never overlap, launches on two streams could."""
-        pair = self.scratches.get(stream)
-        if pair is None:
+        between launches (the last cluster resets the first two, each FINISH its flag), the fp32 stream-K
+        workspace (one (cluster_m x 128) x tile_n partial per slot) and, with `cfg.trace`, the int64 timeline
+        [CTAs, TRACE_COLS]. One set per stream: launches on one stream never overlap, launches on two could."""
+        found = self.scratches.get(stream)
+        if found is None:
             cfg, device = self.cfg, self.work.device
             slots = self.partial_slots
             counter = torch.zeros(2 + slots * cfg.cluster_m * 2, dtype=torch.int32, device=device)
             partials = (torch.empty(slots * cfg.cluster_m * TILE_M * cfg.tile_n, dtype=torch.float32, device=device)
                         if slots else counter)   # never read without stream-K
-            pair = self.scratches[stream] = (counter, partials)
-        return pair
+            trace = (torch.zeros(self.sizes[4], TRACE_COLS, dtype=torch.int64, device=device) if cfg.trace
+                     else counter)               # never written without the trace
+            found = self.scratches[stream] = (counter, partials, trace)
+        return found
 
 
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
-             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool, stream_k: bool) -> _Call:
+             device: int, persistent: bool, dynamic: bool, defer_epilogue: bool, stream_k: bool,
+             variant: tuple = ()) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
-    through `_call_for`, which passes every option in one form, so equal options share one cache entry."""
+    through `_call_for`, which passes every option in one form, so equal options share one cache entry.
+    `variant`: (Config field, value) pairs that `gemm` does not expose (the trace, kernel experiments)."""
     check_shape(M, N, K)
     if stream_k and not persistent:
         raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
@@ -883,6 +948,7 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
     cfg, plan = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                            cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k)
+    cfg = replace(cfg, **dict(variant))
     rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
     slots = min(len(rows), plan.slots) if persistent else len(rows)
@@ -893,21 +959,21 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
               schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
               persistent: bool = True, dynamic: bool = True, defer_epilogue: bool = False,
-              stream_k: bool = False) -> _Call:
+              stream_k: bool = False, variant: dict | None = None) -> _Call:
     """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
     one cached _Call)."""
     return _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
                     band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic, defer_epilogue,
-                    stream_k)
+                    stream_k, tuple(sorted((variant or {}).items())))
 
 
-def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int, M: int,
-          N: int, K: int, num_items: int, num_ctas: int, stream):
+def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int,
+          trace_addr: int, M: int, N: int, K: int, num_items: int, num_ctas: int, stream):
     """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
     ptr = functools.partial(launch.gmem_pointer, align=16)
     bf16 = cutlass.BFloat16
     return (ptr(bf16, a_addr), ptr(bf16, b_addr), ptr(bf16, c_addr), ptr(cutlass.Int32, work_addr),
-            ptr(cutlass.Int32, counter_addr), ptr(cutlass.Float32, partials_addr),
+            ptr(cutlass.Int32, counter_addr), ptr(cutlass.Float32, partials_addr), ptr(cutlass.Int64, trace_addr),
             *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
 
 
@@ -915,7 +981,7 @@ def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: i
 def _launches(cfg: Config) -> launch.LaunchCache:
     """The kernel for `cfg`, compiled on first use, behind its launch cache. It is shape-generic: one compile
     serves every M, N, K."""
-    dummy = _args(16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
+    dummy = _args(16, 16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
     return launch.LaunchCache(cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}"))
 
 
@@ -982,6 +1048,54 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
 
 def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: int) -> None:
     """Launch `call`'s kernel on checked operands (through its launch cache: a graph replay after the first)."""
-    counter, partials = call.scratch(stream)
-    addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(), counter.data_ptr(), partials.data_ptr())
+    addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(),
+             *(t.data_ptr() for t in call.scratch(stream)))
     call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)), stream)
+
+
+def timeline(a: torch.Tensor, b: torch.Tensor, *, variant: dict | None = None, **options):
+    """Run `gemm(a, b, **options)` once in a build that stamps the global nanosecond timer as each CTA runs
+    (Config.trace; a separate compile, the timed kernel carries none of it). Returns (c, frame): the
+    `trace_frame` of that launch, one row per segment a CTA ran. `variant`: extra Config fields to trace."""
+    _check_operand("a", a)
+    _check_operand("b", b)
+    (M, K), (_, N) = a.shape, b.shape
+    device = a.get_device()
+    call = _call_for(M, N, K, device, variant={**(variant or {}), "trace": True}, **options)
+    out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    stream = launch.stream_handle(device)
+    trace = call.scratch(stream)[2]
+    trace.fill_(-1)                      # a stamp never written reads -1, not an old launch's value
+    _launch(call, a, b, out, stream)
+    torch.cuda.synchronize(device)
+    return out, trace_frame(trace.cpu().numpy(), call.cfg.cluster_m)
+
+
+def trace_frame(trace, cluster_m: int):
+    """The timeline buffer [CTAs, TRACE_COLS] as a pandas DataFrame, one row per segment a CTA ran: cta,
+    cluster, seq (its position in the CTA's run), row (of the work list), entry, start, data, mma_done, stored,
+    exit, in microseconds from the first CTA's entry. start: the consumers have the row; data: its first
+    K-block has landed; mma_done: its last WGMMA has finished; stored: C (or the partial) is written.
+    A CTA that ran more than TRACE_SEGMENTS segments shows its last ones folded into the final record."""
+    import numpy as np
+    import pandas as pd
+    trace = np.asarray(trace, dtype=np.int64)
+    if trace.ndim != 2 or trace.shape[1] != TRACE_COLS:
+        raise ValueError(f"a trace is [CTAs, {TRACE_COLS}] int64, got shape {trace.shape}")
+    if (trace[:, :2] < 0).any():
+        raise ValueError("a CTA left no entry or exit stamp: the launch did not run to the end")
+    t0 = trace[:, 0].min()
+    nf = len(TRACE_FIELDS)
+    records = []
+    for cta, stamps in enumerate(trace):
+        for seq in range(TRACE_SEGMENTS):
+            fields = stamps[2 + seq * nf: 2 + (seq + 1) * nf]
+            if fields[0] < 0:
+                break
+            rec = dict(cta=cta, cluster=cta // cluster_m, seq=seq, row=int(fields[0]),
+                       entry=(stamps[0] - t0) / 1e3, exit=(stamps[1] - t0) / 1e3)
+            rec.update({name: (v - t0) / 1e3 for name, v in zip(TRACE_FIELDS[1:], fields[1:])})
+            records.append(rec)
+    return pd.DataFrame.from_records(
+        records, columns=["cta", "cluster", "seq", "row", "entry", *TRACE_FIELDS[1:], "exit"])
+

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gemm_kernels import hopper, waves
-from workbook import gpus, sass
+from workbook import gpus, launch, sass
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 needs_hopper = pytest.mark.skipif(
@@ -52,6 +52,13 @@ PIPELINED = {
     "deferred-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", defer_epilogue=True)),
     "stream-k": (4096, dict(CLUSTER, stream_k=True)),
     "stream-k-deferred": (4096, dict(CLUSTER, stream_k=True, defer_epilogue=True)),
+    # the producer claims inside its row (between two K loops) and the consumers stamp a timer: both once
+    # serialized the WGMMAs (a lane-divergent branch near them, a claim inside the K loop)
+    "claim-ahead": (4096, dict(CLUSTER, variant=(("claim_ahead", True),))),
+    "claim-ahead-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", variant=(("claim_ahead", True),))),
+    "claim-ahead-stream-k": (4096, dict(CLUSTER, stream_k=True, variant=(("claim_ahead", True),))),
+    "trace": (4096, dict(CLUSTER, variant=(("trace", True),))),
+    "trace-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", variant=(("trace", True),))),
 }
 
 
@@ -350,7 +357,7 @@ def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
         torch.cuda.synchronize()
         assert torch.equal(c, want), f"call {i}"
     call = hopper._call_for(M, N, K, a.get_device(), **kw)
-    assert call.scratches and all(not c.any() for c, _ in call.scratches.values())
+    assert call.scratches and all(not c.any() for c, *_ in call.scratches.values())
     assert (call.partial_slots > 0) == (bool(kw) and K > 64)   # one item of one K-block: nothing to split
 
 
@@ -467,3 +474,97 @@ def test_stream_k_needs_persistent_ctas():
     with pytest.raises(ValueError, match="persistent"):
         hopper._prepare.__wrapped__(4096, 4096, 4096, None, None, "register", "uniform", 2, 16, 0, False, True,
                                     None, True)
+
+
+# ------------------------------------------------------------------------------- the timeline (trace build)
+
+def synthetic_trace(segments_per_cta, t0=1_000_000):
+    """A trace buffer as the kernel writes it: entry, exit, then (row, start, data, mma_done, stored) per
+    segment, -1 where nothing was written."""
+    import numpy as np
+    trace = np.full((len(segments_per_cta), hopper.TRACE_COLS), -1, dtype=np.int64)
+    for cta, rows in enumerate(segments_per_cta):
+        t = t0 + 100 * cta
+        trace[cta, 0] = t
+        for seq, row in enumerate(rows):
+            at = 2 + seq * len(hopper.TRACE_FIELDS)
+            trace[cta, at:at + 5] = (row, t + 1000, t + 2000, t + 5000, t + 6000)
+            t += 6000
+        trace[cta, 1] = t + 500
+    return trace
+
+
+def test_trace_frame_reads_every_recorded_segment_in_microseconds():
+    df = hopper.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_m=1)
+    assert list(df.row) == [0, 2, 1, 3, 4, 5] and list(df.seq) == [0, 1, 0, 0, 1, 2]
+    assert list(df.columns) == ["cta", "cluster", "seq", "row", "entry", "start", "data", "mma_done", "stored",
+                                "exit"]
+    first = df.iloc[0]
+    assert (first.entry, first.start, first.data, first.mma_done, first.stored) == (0.0, 1.0, 2.0, 5.0, 6.0)
+    assert df.iloc[2].entry == 0.1 and df.iloc[-1].exit == 0.2 + 18.5
+    assert list(hopper.trace_frame(synthetic_trace([[0], [0]]), cluster_m=2).cluster) == [0, 0]
+
+
+def test_trace_frame_refuses_a_launch_that_did_not_finish():
+    trace = synthetic_trace([[0], [1]])
+    trace[1, 1] = -1
+    with pytest.raises(ValueError, match="exit"):
+        hopper.trace_frame(trace, cluster_m=1)
+    with pytest.raises(ValueError, match="TRACE_COLS|int64"):
+        hopper.trace_frame(trace[:, :10], cluster_m=1)
+
+
+def gemm_variant(a, b, variant, **kw):
+    """`gemm` through a build with extra Config fields (`variant`), into a NaN-poisoned output."""
+    (M, K), N = a.shape, b.shape[1]
+    call = hopper._call_for(M, N, K, a.get_device(), variant=variant, **kw)
+    out = torch.full((M, N), float("nan"), device=a.device, dtype=torch.bfloat16)
+    hopper._launch(call, a, b, out, launch.stream_handle(a.get_device()))
+    return out, call
+
+
+CLAIM_AHEAD_CONFIGS = {
+    "default": dict(),
+    "balanced-c1": dict(cluster_m=1),
+    "stream-k": dict(schedule="uniform", stream_k=True),
+    "one-cta-pair-per-item": dict(persistent=False),
+}
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("config", list(CLAIM_AHEAD_CONFIGS))
+@pytest.mark.parametrize("M,N,K", GPU_SHAPES + [STREAM_K_DEEP])
+def test_claim_ahead_is_exact_and_leaves_the_counter_at_zero(config, M, N, K):
+    """The first row by cluster index, later tickets offset by the cluster count, the next row claimed inside
+    this one: every row still runs once (small integers: exact), and the counter is zero after each call."""
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    want = fp32_reference(a, b).to(torch.bfloat16)   # |sums| <= 9 K < 2^24: exact in fp32
+    for i in range(2):
+        c, call = gemm_variant(a, b, {"claim_ahead": True}, **CLAIM_AHEAD_CONFIGS[config])
+        torch.cuda.synchronize()
+        assert torch.equal(c, want), f"call {i}"
+        assert all(not t.any() for t, *_ in call.scratches.values())
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("M,N,K,kw", [(2048, 5120, 1024, {}), (1000, 1032, 520, dict(schedule="uniform",
+                                                                                      stream_k=True))])
+def test_timeline_records_every_row_on_every_cta_of_its_cluster_in_order(M, N, K, kw):
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    c, df = hopper.timeline(a, b, **kw)
+    assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
+    call = hopper._call_for(M, N, K, a.get_device(), variant={"trace": True}, **kw)
+    cluster_m, segments = call.cfg.cluster_m, call.cfg.segments
+    present = (call.work.view(call.work.shape[0], segments, -1)[:, :, 4] > 0).sum().item()
+    assert len(df) == present * cluster_m                      # each present segment once per CTA of a cluster
+    assert (df.groupby(["row", "cluster"]).size() % cluster_m == 0).all()
+    order = df[["entry", "start", "data", "mma_done", "stored", "exit"]].to_numpy()
+    assert (order[:, 1:] >= order[:, :-1]).all(), "stamps out of order"
+    assert (df.groupby("cta").start.diff().dropna() > 0).all()
+
