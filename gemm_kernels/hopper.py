@@ -578,12 +578,23 @@ class HopperGemm:
         warpgroup.fence()
         first = 0
         if cutlass.const_expr(pending is not None):
-            ring.consumer_wait(read)              # the first K-block, peeled: C of the last item goes out
-            self.mma_k_block(mma, acc, tCrA, tCrB, read.index)   # while its WGMMAs run
-            warpgroup.commit_group()
-            read.advance()
-            self.store_words(*pending)
-            first = 1
+            # The first K-blocks, peeled: behind each one's WGMMAs goes one 32-column group of the last item's
+            # C, so its stores trickle out over several K-blocks instead of stalling one (all SMs end their rows
+            # together; stored at once, their C met in the L2 and took ~1.8 us per row, probe_timeline.py).
+            groups = self.cfg.tile_n // 32
+            for j in cutlass.range_constexpr(groups):
+                if j < k_blocks:
+                    ring.consumer_wait(read)
+                    self.mma_k_block(mma, acc, tCrA, tCrB, read.index)
+                    warpgroup.commit_group()
+                    read.advance()
+                self.store_words(*pending, groups=(j,))
+                if j < k_blocks:
+                    warpgroup.wait_group(1)
+                    if cutlass.const_expr(j > 0):
+                        ring.consumer_release(release)
+                        release.advance()
+            first = cutlass.min(k_blocks, groups)
         for kb in range(first, k_blocks):
             ring.consumer_wait(read)              # slot full: the TMA bytes have landed
             self.mma_k_block(mma, acc, tCrA, tCrB, read.index)
@@ -684,9 +695,9 @@ class HopperGemm:
                     words[j, h, t] = packed[0, h, t]
 
     @cute.jit
-    def store_words(self, tiled_mma, words, mC, m0, n0, width, ctidx):
+    def store_words(self, tiled_mma, words, mC, m0, n0, width, ctidx, groups=None):
         """The quad transpose and one 16-byte store per (32 columns, row half); only the first `width` columns,
-        only inside C."""
+        only inside C. `groups`: which 32-column groups (default all)."""
         cfg = self.cfg
         M, N = mC.shape
         ldc = mC.stride[0]
@@ -694,7 +705,7 @@ class HopperGemm:
         # The (row, col) of this thread's value (0, h, g) comes from the MMA's own partition of the tile.
         coords = tiled_mma.get_slice(ctidx).partition_C(cute.make_identity_tensor((TILE_M, cfg.tile_n)))
         out = cute.make_rmem_tensor((4,), cutlass.Int32)
-        for j in cutlass.range_constexpr(cfg.tile_n // 32):
+        for j in (range(cfg.tile_n // 32) if groups is None else groups):
             if j * 32 < width:
                 for h in cutlass.range_constexpr(2):
                     w = _quad_transpose([words[j, h, 0], words[j, h, 1], words[j, h, 2], words[j, h, 3]], q)

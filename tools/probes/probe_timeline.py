@@ -13,7 +13,9 @@ import torch
 
 from gemm_kernels import hopper
 
-VARIANTS = {"default": {}, "claim_ahead": {"claim_ahead": True}}
+VARIANTS = {"default": {}, "claim_ahead": dict(variant={"claim_ahead": True}), "staged": dict(epilogue="staged"),
+            "deferred": dict(defer_epilogue=True),
+            "deferred_ahead": dict(defer_epilogue=True, variant={"claim_ahead": True})}
 
 
 def summary(df):
@@ -49,9 +51,9 @@ def main(argv=None):
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
         want = torch.matmul(a, b)
         for name in args.variants:
-            hopper.timeline(a, b, variant=VARIANTS[name])     # compile and warm up
+            hopper.timeline(a, b, **VARIANTS[name])     # compile and warm up
             for i in range(args.launches):
-                c, df = hopper.timeline(a, b, variant=VARIANTS[name])
+                c, df = hopper.timeline(a, b, **VARIANTS[name])
                 err = ((c.float() - want.float()).abs().max() / want.float().abs().max()).item()
                 df.insert(0, "launch", i)
                 df.insert(0, "variant", name)
