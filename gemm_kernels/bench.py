@@ -26,25 +26,30 @@ REL_TOL = 1e-2
 # a 128x256x64 stage is 48 KiB, so 4 is the most that fit either way), and the balanced schedule. All but
 # the first walk the work list in bands of tile rows for L2 reuse (hopper.banded); the first keeps the
 # planner's row-major order, to measure that step. The "cluster2" ones pair CTAs along M in clusters of 2
-# that share each B tile by TMA multicast; the last two are session 4's deferred epilogue and stream-K.
+# that share each B tile by TMA multicast; the last two defer the epilogue (and add stream-K). Every register
+# variant says whether it defers, since gemm() defers by default.
 VARIANTS = {
     "128x256x64 s4 register uniform rowmajor": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", band_rows=1, cluster_m=1),
+                                                    schedule="uniform", band_rows=1, cluster_m=1,
+                                                    defer_epilogue=False),
     "128x256x64 s4 staged uniform":
         dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1),
     "128x256x64 s4 register uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1,
+             defer_epilogue=False),
     "128x128x64 s6 staged uniform":
         dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1),
     "128x128x64 s7 register uniform":
-        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1),
+        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1,
+             defer_epilogue=False),
     "128x256x64 s4 register balanced":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1),
+        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1,
+             defer_epilogue=False),
     "128x256x64 s4 register uniform cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", cluster_m=2),
+                                                    schedule="uniform", cluster_m=2, defer_epilogue=False),
     "128x256x64 s4 register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                     schedule="balanced", cluster_m=2),
-    # session 4's two options: C stored while the next item's first K-block runs; stream-K for the tail
+                                                     schedule="balanced", cluster_m=2, defer_epilogue=False),
+    # C stored behind the next item's first K-blocks (the default since session 5); stream-K for the tail
     "128x256x64 s4 deferred register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
                                                               schedule="balanced", cluster_m=2, defer_epilogue=True),
     "128x256x64 s4 deferred register uniform cluster2 stream-k": dict(
@@ -52,7 +57,7 @@ VARIANTS = {
         stream_k=True),
 }
 SQUARE = (4096, 8192, 16384)
-DEFAULT_VARIANT = "128x256x64 s4 register balanced cluster2"     # what gemm_kernels.gemm runs by default
+DEFAULT_VARIANT = "128x256x64 s4 deferred register balanced cluster2"   # what gemm_kernels.gemm runs by default
 SWEEP_SIDES = range(2048, 8193, 512)
 SWEEP_K = 8192
 

@@ -100,9 +100,8 @@ class Config:
     epi_stages: int = 2   # staged epilogue only: sub-tile buffers in flight
     cluster_m: int = 1    # 2: CTA pairs stacked along M share each B tile by TMA multicast
     dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
-    defer_epilogue: bool = False   # register epilogue: store item j's C while item j+1's first WGMMAs run
+    defer_epilogue: bool = False   # register epilogue: item j's C goes out behind item j+1's first K-blocks
     stream_k: bool = False         # the last partial wave's items are split along K over every slot
-    claim_ahead: bool = False      # dynamic: first item by cluster index, the next claimed during this one's loads
     trace: bool = False            # record a timeline of every CTA's segments (`timeline`)
 
     def __post_init__(self):
@@ -284,9 +283,7 @@ class HopperGemm:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
-        ahead = cutlass.const_expr(self.cfg.claim_ahead and self.cfg.dynamic)
-        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items,
-                             first=True)
+        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items)
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
             for seg in cutlass.range_constexpr(self.cfg.segments):
@@ -301,22 +298,10 @@ class HopperGemm:
                 # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
                 tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
                                                    cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-                loads = (ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB)
-                if cutlass.const_expr(ahead and seg == 0):
-                    # Fill the ring with this row's first K-blocks, then claim the next row while the warp would
-                    # only wait for a free slot: the claim's round trip leaves the path between rows.
-                    head = cutlass.min(k_count, self.cfg.stages)
-                    state = self.load_k_blocks(*loads, k0, head, state)
-                    claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters,
-                                         num_items)
-                    state = self.load_k_blocks(*loads, k0 + head, k_count - head, state)
-                else:
-                    state = self.load_k_blocks(*loads, k0, k_count, state)
-            if cutlass.const_expr(not ahead):
-                # the last loads of this item are issued: claim the next one now, while the ring still holds
-                # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
-                claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters,
-                                     num_items)
+                state = self.load_k_blocks(ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, k_count, state)
+            # the last loads of this item are issued: claim the next one now, while the ring still holds
+            # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
+            claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items)
             item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         ring.producer_tail(state)                     # do not exit while TMA writes are in flight
         if cutlass.const_expr(self.cfg.dynamic):
@@ -463,7 +448,7 @@ class HopperGemm:
     # `band_rows_for`: ncu_dyn_16384.txt).
 
     @cute.jit
-    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items, first=False):
+    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items):
         """Producer warp: wait until every reader is done with the next queue entry and arm its barrier for 4
         bytes; in rank 0, one lane takes a ticket from the counter and stores it into every CTA's entry.
 
@@ -474,12 +459,7 @@ class HopperGemm:
             pipe.producer_acquire(claimed)
             if rank == 0:
                 if cute.arch.lane_idx() == 0:
-                    if cutlass.const_expr(first and self.cfg.claim_ahead):
-                        ticket = cluster                 # the first row by cluster index: no round trip
-                    else:
-                        ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
-                        if cutlass.const_expr(self.cfg.claim_ahead):
-                            ticket = ticket + num_clusters   # tickets count on from the rows handed out first
+                    ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
                     if cutlass.const_expr(self.cfg.stream_k):
                         whole = num_items - num_clusters
                         if ticket >= whole:
@@ -800,11 +780,12 @@ def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: in
 
 
 def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-               cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
+               cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool | None = None,
                stream_k: bool = False, gpu=None):
     """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
+    defer_epilogue = _deferred(epilogue, defer_epilogue)
     if cluster_m not in (1, 2):
         raise ValueError(f"cluster_m must be 1 or 2, got {cluster_m!r}")
     plan = plan_for(M, N, tile[1], schedule, gpu, cluster_m)
@@ -816,8 +797,14 @@ def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", s
     return cfg, plan
 
 
+def _deferred(epilogue: str, defer_epilogue: bool | None) -> bool:
+    """None (the default) defers the register epilogue (faster at every square, notes/perf-log.md session 5);
+    the staged one is not deferred (its TMA store runs asynchronously already)."""
+    return epilogue == "register" if defer_epilogue is None else defer_epilogue
+
+
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
-                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool = False,
+                 cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool | None = None,
                  stream_k: bool = False, variant: dict | None = None, arch: str = ARCH, dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
     (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
@@ -969,12 +956,13 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
 
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
               schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
-              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool = False,
+              persistent: bool = True, dynamic: bool = True, defer_epilogue: bool | None = None,
               stream_k: bool = False, variant: dict | None = None) -> _Call:
     """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
     one cached _Call)."""
     return _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
-                    band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic, defer_epilogue,
+                    band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic,
+                    _deferred(epilogue, defer_epilogue),
                     stream_k, tuple(sorted((variant or {}).items())))
 
 
@@ -1014,7 +1002,7 @@ def _check_operand(name: str, t) -> None:
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
          band_rows: int | None = None, persistent: bool = True, dynamic: bool = True,
-         defer_epilogue: bool = False, stream_k: bool = False) -> torch.Tensor:
+         defer_epilogue: bool | None = None, stream_k: bool = False) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
@@ -1026,9 +1014,9 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     persistent: False launches one CTA (pair) per work item and lets the hardware hand them out in order.
     dynamic: persistent CTAs take the next item of the list from a global counter (False: slot i runs items
     i, i + slots, ...).
-    Two options measured on the H200 and left off by default (notes/perf-log.md, session 4):
-    defer_epilogue: (register epilogue) store each item's C while the next item's first K-block is in the
-    tensor cores; within +-1.5 % of the plain epilogue at every square in alternating rounds.
+    defer_epilogue: (register epilogue; None = on with it) store each item's C 32 columns at a time behind the
+    next item's first 8 K-blocks, not all at once between the two (notes/perf-log.md, session 5).
+    An option measured on the H200 and left off (notes/perf-log.md, session 4):
     stream_k: split a uniform plan's partial last wave along K over every slot (`work_rows`); at 4096^3
     handing a partial sum over cost ~10 us, more than the 0.12-wave tail it removes (-2 to -3 %).
     """

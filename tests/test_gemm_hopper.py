@@ -30,10 +30,14 @@ def count(hist, prefix):
 
 # ------------------------------------------------------------------------------------------- CPU: SASS
 
-REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1)
+# the plain register epilogue (the default defers it: one more K-loop copy's worth of stores, see below)
+REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1,
+                defer_epilogue=False)
 STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1)
-SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1)
-CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2)
+SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1,
+             defer_epilogue=False)
+CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2,
+               defer_epilogue=False)
 
 
 @pytest.mark.parametrize("kw", [REGISTER, STAGED, SEVEN, CLUSTER], ids=["register", "staged", "7-stage", "cluster"])
@@ -52,11 +56,7 @@ PIPELINED = {
     "deferred-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", defer_epilogue=True)),
     "stream-k": (4096, dict(CLUSTER, stream_k=True)),
     "stream-k-deferred": (4096, dict(CLUSTER, stream_k=True, defer_epilogue=True)),
-    # the producer claims inside its row (between two K loops) and the consumers stamp a timer: both once
-    # serialized the WGMMAs (a lane-divergent branch near them, a claim inside the K loop)
-    "claim-ahead": (4096, dict(CLUSTER, variant=(("claim_ahead", True),))),
-    "claim-ahead-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", variant=(("claim_ahead", True),))),
-    "claim-ahead-stream-k": (4096, dict(CLUSTER, stream_k=True, variant=(("claim_ahead", True),))),
+    # the consumers stamp a timer around each row: stamped by one lane, not a whole warp, that serialized them
     "trace": (4096, dict(CLUSTER, variant=(("trace", True),))),
     "trace-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", variant=(("trace", True),))),
 }
@@ -227,15 +227,15 @@ def test_gemm_rejects_cpu_and_wrong_dtype():
 # ------------------------------------------------------------------------------------------- GPU: numbers
 
 GPU_CONFIGS = {
-    "default": dict(),    # 128x256x64, 4 stages, register epilogue, balanced schedule, CTA pairs
+    "default": dict(),    # 128x256x64, 4 stages, deferred register epilogue, balanced schedule, CTA pairs
     "register-balanced": dict(cluster_m=1),
     "staged-uniform": dict(epilogue="staged", schedule="uniform", cluster_m=1),
     "7-stage-128": dict(tile=(128, 128, 64), stages=7, schedule="balanced", cluster_m=1),
     "cluster2-staged": dict(cluster_m=2, epilogue="staged", schedule="uniform"),
     "static-walk": dict(dynamic=False),
     "one-cta-pair-per-item": dict(persistent=False),
-    "deferred-epilogue": dict(defer_epilogue=True),
-    "deferred-epilogue-balanced-c1": dict(defer_epilogue=True, cluster_m=1),
+    "plain-register-epilogue": dict(defer_epilogue=False),
+    "plain-register-balanced-c1": dict(defer_epilogue=False, cluster_m=1),
     # stream-K forced on: at (1000, 1032, 520) all 20 items are split (three or four pieces each), at
     # (2048, 5120, 1024) the last 28 of 160, at (2560, 7168, 256) 16 items into single K-blocks
     "stream-k": dict(schedule="uniform", stream_k=True),
@@ -442,9 +442,11 @@ def test_stream_k_refuses_a_plan_with_narrow_items():
         hopper.compile_gemm(8192, 8192, 8192, stream_k=True)   # balanced: narrow items fill the last wave
 
 
-def test_deferral_and_stream_k_are_options():
+def test_the_register_epilogue_is_deferred_by_default_and_stream_k_is_an_option():
     cfg = hopper.config_for(4096, 4096)[0]
-    assert not cfg.defer_epilogue and not cfg.stream_k
+    assert cfg.defer_epilogue and not cfg.stream_k
+    assert not hopper.config_for(4096, 4096, defer_epilogue=False)[0].defer_epilogue
+    assert not hopper.config_for(4096, 4096, epilogue="staged")[0].defer_epilogue
     with pytest.raises(ValueError, match="register epilogue"):
         hopper.config_for(4096, 4096, epilogue="staged", defer_epilogue=True)
 
@@ -518,42 +520,6 @@ def test_trace_frame_refuses_a_launch_that_did_not_finish():
         hopper.trace_frame(trace, cluster_m=1)
     with pytest.raises(ValueError, match="TRACE_COLS|int64"):
         hopper.trace_frame(trace[:, :10], cluster_m=1)
-
-
-def gemm_variant(a, b, variant, **kw):
-    """`gemm` through a build with extra Config fields (`variant`), into a NaN-poisoned output."""
-    (M, K), N = a.shape, b.shape[1]
-    call = hopper._call_for(M, N, K, a.get_device(), variant=variant, **kw)
-    out = torch.full((M, N), float("nan"), device=a.device, dtype=torch.bfloat16)
-    hopper._launch(call, a, b, out, launch.stream_handle(a.get_device()))
-    return out, call
-
-
-CLAIM_AHEAD_CONFIGS = {
-    "default": dict(),
-    "balanced-c1": dict(cluster_m=1),
-    "stream-k": dict(schedule="uniform", stream_k=True),
-    "one-cta-pair-per-item": dict(persistent=False),
-    "deferred-stream-k": dict(schedule="uniform", stream_k=True, defer_epilogue=True),
-}
-
-
-@pytest.mark.gpu
-@needs_cuda
-@needs_hopper
-@pytest.mark.parametrize("config", list(CLAIM_AHEAD_CONFIGS))
-@pytest.mark.parametrize("M,N,K", GPU_SHAPES + [STREAM_K_DEEP])
-def test_claim_ahead_is_exact_and_leaves_the_counter_at_zero(config, M, N, K):
-    """The first row by cluster index, later tickets offset by the cluster count, the next row claimed inside
-    this one: every row still runs once (small integers: exact), and the counter is zero after each call."""
-    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
-    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
-    want = fp32_reference(a, b).to(torch.bfloat16)   # |sums| <= 9 K < 2^24: exact in fp32
-    for i in range(2):
-        c, call = gemm_variant(a, b, {"claim_ahead": True}, **CLAIM_AHEAD_CONFIGS[config])
-        torch.cuda.synchronize()
-        assert torch.equal(c, want), f"call {i}"
-        assert all(not t.any() for t, *_ in call.scratches.values())
 
 
 @pytest.mark.gpu

@@ -36,9 +36,7 @@ CONFIGS = {
     "nonpersistent band16": dict(persistent=False, band_rows=16),
     # kernel variants gemm() does not expose: both resolved once, launched the same way (`launched`)
     "launch default": dict(variant={}),
-    "claim ahead": dict(variant={"claim_ahead": True}),
     "launch deferred": dict(defer_epilogue=True, variant={}),
-    "deferred claim ahead": dict(defer_epilogue=True, variant={"claim_ahead": True}),
 }
 
 

@@ -3,7 +3,7 @@
 Runs `hopper.timeline` (the traced build) a few times per shape and kernel variant, writes every segment's
 stamps to CSV and prints a summary: time from launch to each CTA's first K-block, the wait for a row's first
 K-block after the previous row's C (the ring running dry), the K loop, the epilogue, and the tail.
-    python tools/probes/probe_timeline.py --out DIR --shapes 4096x4096x4096 --variants default claim_ahead
+    python tools/probes/probe_timeline.py --out DIR --shapes 4096x4096x4096 --variants default plain
 """
 import argparse
 import os
@@ -13,9 +13,7 @@ import torch
 
 from gemm_kernels import hopper
 
-VARIANTS = {"default": {}, "claim_ahead": dict(variant={"claim_ahead": True}), "staged": dict(epilogue="staged"),
-            "deferred": dict(defer_epilogue=True),
-            "deferred_ahead": dict(defer_epilogue=True, variant={"claim_ahead": True})}
+VARIANTS = {"default": {}, "plain": dict(defer_epilogue=False), "staged": dict(epilogue="staged")}
 
 
 def summary(df):
