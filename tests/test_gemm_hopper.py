@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gemm_kernels import hopper, waves
-from workbook import gpus, launch, sass
+from workbook import gpus, sass
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 needs_hopper = pytest.mark.skipif(
