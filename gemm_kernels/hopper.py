@@ -16,13 +16,12 @@ One CTA per SM, 384 threads, three warpgroups:
     m64 x tile_n x k16 from shared memory into fp32 registers (128 of them per thread for tile_n = 256),
     then runs the epilogue.
 
-Persistent schedule. The grid is min(#work items, #slots). The work list (rows of (m0, n0, width, ...) int32,
-`work_rows`) is made by the planner (`gemm_kernels.waves.plan`) and reordered in bands of tile rows for
-L2 reuse (`banded`, `band_rows_for`). Slots take items from it *dynamically*, in list order: slot c starts
-on row c, then its producer warp claims the next index from a global counter and hands it, with a copy of
-the row, to every warp of the slot through a small shared-memory queue (`claim`, `take`), so the items in
-flight stay neighbours in the raster however the SMs drift, and no warp waits on a global load between two
-rows (`dynamic=False` keeps the static walk: slot i runs items i, i + slots, ...). The
+Persistent schedule. The grid is min(#work items, #slots). The work list [num_items, 3] int32 =
+(m0, n0, width) is made by the planner (`gemm_kernels.waves.plan`) and reordered in bands of tile rows for
+L2 reuse (`banded`, `band_rows_for`). Slots take items from it *dynamically*, in list order: the producer
+warp of each slot claims the next index from a global counter and hands it to every warp of the slot
+through a small shared-memory queue (`claim`, `take`), so the items in flight stay neighbours in the raster
+however the SMs drift (`dynamic=False` keeps the static walk: slot i runs items i, i + slots, ...). The
 "uniform" schedule is every tile at the widest width; the "balanced" one replaces some wide tiles by
 narrower ones so that the last wave fills the GPU. A slot is one CTA, or with `cluster_m=2` (the default) a
 pair of CTAs stacked along M: the pair runs a 256-row item, each CTA TMA-loads half of the shared B tile and
@@ -78,8 +77,7 @@ EPILOGUES = ("staged", "register")
 SCHEDULES = ("uniform", "balanced")
 ALIGN = 8             # elements: TMA wants 16-byte aligned strides
 THREADS = 384         # producer warpgroup + two consumer warpgroups
-QUEUE_DEPTH = 2       # dynamic schedule: work rows in flight (claimed for the next item / read for this one)
-QUEUE_HEAD = 4        # words before a queue entry's copy of the row (the index, padding): rows stay 16-byte aligned
+QUEUE_DEPTH = 2       # dynamic schedule: item indices in flight (claimed for the next item / read for this one)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM
 # A work-list row is one or two segments (two with stream-K) of SEGMENT_COLS int32 each:
 # (m0, n0, width, first K-block, K-blocks, role, flag, slot-or-count); a segment with 0 K-blocks is absent.
@@ -134,11 +132,6 @@ class Config:
     def segments(self) -> int:
         """Segments per work-list row: a stream-K unit may end one item and start the next."""
         return 2 if self.stream_k else 1
-
-    @property
-    def row_words(self) -> int:
-        """int32 words per work-list row."""
-        return SEGMENT_COLS * self.segments
 
 
 class HopperGemm:
@@ -203,8 +196,7 @@ class HopperGemm:
         class SharedStorage:
             ring_barriers: cute.struct.MemRange[cutlass.Int64, cfg.stages * 2]
             queue_barriers: cute.struct.MemRange[cutlass.Int64, QUEUE_DEPTH * 2]
-            queue: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, QUEUE_DEPTH * (QUEUE_HEAD + cfg.row_words)],
-                                     16]
+            queue: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, QUEUE_DEPTH], 16]
             sA: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(a_layout)], 1024]
             sB: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(b_layout)], 1024]
             sC: cute.struct.Align[cute.struct.MemRange[bf16, epi_elems], 1024]
@@ -251,17 +243,15 @@ class HopperGemm:
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      cfg.cluster_m * self.consumer_threads // 32),
             tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
-        # The dynamic schedule's queue: rank 0's producer warp writes each claimed item index and a copy of its
-        # work row into every CTA of the cluster (4 bytes per word, counted by the 'full' barrier); its readers
-        # are the 8 consumer warps and the producer warp of every CTA, and an entry is reused only when all of
-        # them have read it.
+        # The dynamic schedule's queue: rank 0's producer warp writes each claimed item index into every CTA of
+        # the cluster (4 bytes, counted by the 'full' barrier); its readers are the 8 consumer warps and the
+        # producer warp of every CTA, and an entry is reused only when all of them have read it.
         queue_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.queue_barriers.data_ptr(), num_stages=QUEUE_DEPTH,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      cfg.cluster_m * (self.consumer_threads // 32 + 1)),
-            tx_count=4 * (1 + cfg.row_words), cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)),
-            defer_sync=True)
+            tx_count=4, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
         queue = storage.queue.data_ptr()
         pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, 1), is_relaxed=True)
 
@@ -293,13 +283,13 @@ class HopperGemm:
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
-        row = cute.make_rmem_tensor((self.cfg.row_words,), cutlass.Int32)   # the work row being loaded
-        claimed = self.claim(queue_pipe, queue, work, counter, rank, claimed, -1, cluster, num_clusters, num_items)
-        item, taken = self.take(queue_pipe, queue, work, row, cluster - num_clusters, num_clusters, num_items, taken)
+        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items)
+        item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
-            for seg in range(self.cfg.segments):
-                m0, n0 = self.field(row, seg, 0) + rank * TILE_M, self.field(row, seg, 1)
-                k0, k_count = self.field(row, seg, 3), self.field(row, seg, 4)
+            for seg in cutlass.range_constexpr(self.cfg.segments):
+                col = seg * SEGMENT_COLS
+                m0, n0 = work[item, col] + rank * TILE_M, work[item, col + 1]
+                k0, k_count = work[item, col + 3], work[item, col + 4]
                 # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
                 gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (TILE_M, TILE_K), (0, None))
                 gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
@@ -311,9 +301,8 @@ class HopperGemm:
                 state = self.load_k_blocks(ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, k_count, state)
             # the last loads of this item are issued: claim the next one now, while the ring still holds
             # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
-            claimed = self.claim(queue_pipe, queue, work, counter, rank, claimed, item, cluster, num_clusters,
-                                 num_items)
-            item, taken = self.take(queue_pipe, queue, work, row, item, num_clusters, num_items, taken)
+            claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items)
+            item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         ring.producer_tail(state)                     # do not exit while TMA writes are in flight
         if cutlass.const_expr(self.cfg.dynamic):
             queue_pipe.producer_tail(claimed)         # nor while the other CTA may still release queue entries
@@ -379,12 +368,12 @@ class HopperGemm:
         if cutlass.const_expr(tracing):
             self.stamp(trace, cta, 0, ctidx)
             traced = cutlass.Int32(0)          # segments recorded so far
-        row = cute.make_rmem_tensor((cfg.row_words,), cutlass.Int32)        # the work row being computed
-        item, taken = self.take(queue_pipe, queue, work, row, cluster - num_clusters, num_clusters, num_items, taken)
+        item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
             for seg in range(cfg.segments):
-                m0 = self.field(row, seg, 0) + rank * TILE_M
-                n0, width, k_count = self.field(row, seg, 1), self.field(row, seg, 2), self.field(row, seg, 4)
+                col = seg * SEGMENT_COLS
+                m0, n0, width = work[item, col] + rank * TILE_M, work[item, col + 1], work[item, col + 2]
+                k_count = work[item, col + 4]
                 if k_count > 0:
                     if cutlass.const_expr(tracing):
                         at = 2 + cutlass.min(traced, TRACE_SEGMENTS - 1) * len(TRACE_FIELDS)
@@ -418,8 +407,8 @@ class HopperGemm:
 
                     to_c = cutlass.Boolean(True)
                     if cutlass.const_expr(cfg.stream_k):
-                        to_c = self.settle(acc, self.field(row, seg, 5), self.field(row, seg, 6),
-                                           self.field(row, seg, 7), counter, partials, rank, ctidx)
+                        to_c = self.settle(acc, work[item, col + 5], work[item, col + 6], work[item, col + 7],
+                                           counter, partials, rank, ctidx)
                     if to_c:
                         if cutlass.const_expr(self.staged):
                             self.staged_epilogue(epi, acc, sC, tma_c, mC_tma, m0, n0, width, tiles_done, warp_idx)
@@ -434,7 +423,7 @@ class HopperGemm:
                     if cutlass.const_expr(tracing):
                         self.stamp(trace, cta, at + 4, ctidx)
                         traced += 1
-            item, taken = self.take(queue_pipe, queue, work, row, item, num_clusters, num_items, taken)
+            item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         if cutlass.const_expr(defer):
             self.store_words(tiled_mma, words, mC, prev_m0, prev_n0, prev_width, ctidx)   # the last item's C
 
@@ -459,72 +448,41 @@ class HopperGemm:
     # `band_rows_for`: ncu_dyn_16384.txt).
 
     @cute.jit
-    def claim(self, pipe, queue, work, counter, rank, claimed, current, cluster, num_clusters, num_items):
-        """Producer warp: wait until every reader is done with the next queue entry and arm its barrier; in rank
-        0, lane 0 takes a ticket and the warp stores it, with a copy of its work row, into every CTA's entry, so
-        the readers find the row in shared memory instead of waiting on a global load between two rows.
+    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items):
+        """Producer warp: wait until every reader is done with the next queue entry and arm its barrier for 4
+        bytes; in rank 0, one lane takes a ticket from the counter and stores it into every CTA's entry.
 
-        Cluster c's first row is row c, with no ticket (one atomic round trip less before the first load);
-        tickets count on from the number of clusters. With stream-K the last `num_clusters` rows are the units,
-        and cluster c runs unit c once its whole rows are done: were units claimed like rows, a cluster could
-        claim (look ahead to) the very unit whose partial its own FINISH is waiting for, and wait forever.
-        `current`: the row being loaded (-1: none, this is the first claim)."""
+        With stream-K the last `num_clusters` rows are the units, and cluster c runs unit c once its whole rows
+        are done: were units claimed like rows, a cluster could claim (look ahead to) the very unit whose
+        partial its own FINISH is waiting for, and wait forever. `current`: the row being loaded (-1: none)."""
         if cutlass.const_expr(self.cfg.dynamic):
             pipe.producer_acquire(claimed)
             if rank == 0:
-                lane = cute.arch.lane_idx()
-                ticket = cluster
-                if current >= 0:
-                    if lane == 0:
-                        ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1)) + num_clusters
-                    ticket = cute.arch.shuffle_sync(ticket, 0)
-                if cutlass.const_expr(self.cfg.stream_k):
-                    whole = num_items - num_clusters
-                    if ticket >= whole:
-                        ticket = whole + cluster
-                        if current >= whole:
-                            ticket = num_items           # this cluster's unit is loaded: it is done
-                entry = queue + claimed.index * (QUEUE_HEAD + self.cfg.row_words)
-                full = pipe.producer_get_barrier(claimed)
-                if lane < self.cfg.row_words:
-                    word = cutlass.Int32(0)
-                    if ticket < num_items:
-                        word = work[ticket, lane]
+                if cute.arch.lane_idx() == 0:
+                    ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
+                    if cutlass.const_expr(self.cfg.stream_k):
+                        whole = num_items - num_clusters
+                        if ticket >= whole:
+                            ticket = whole + cluster
+                            if current >= whole:
+                                ticket = num_items       # this cluster's unit is loaded: it is done
                     for peer in cutlass.range_constexpr(self.cfg.cluster_m):
-                        cute.arch.store_async_dsmem(entry + QUEUE_HEAD + lane, word, full, peer)
-                if lane == 0:
-                    for peer in cutlass.range_constexpr(self.cfg.cluster_m):
-                        cute.arch.store_async_dsmem(entry, ticket, full, peer)
+                        cute.arch.store_async_dsmem(queue + claimed.index, ticket,
+                                                    pipe.producer_get_barrier(claimed), peer)
             claimed.advance()
         return claimed
 
     @cute.jit
-    def take(self, pipe, queue, work, row, item, num_clusters, num_items, taken):
-        """Every warp: the item after `item` (num_items or more: none left), its work row copied into `row`.
-        `taken` is the queue position."""
+    def take(self, pipe, queue, item, num_clusters, taken):
+        """Every warp: the item after `item` (num_items or more: none left). `taken` is the queue position."""
         if cutlass.const_expr(self.cfg.dynamic):
             pipe.consumer_wait(taken)
-            entry = cute.make_tensor(queue + taken.index * (QUEUE_HEAD + self.cfg.row_words),
-                                     cute.make_layout(QUEUE_HEAD + self.cfg.row_words))
-            item = entry[0]
-            for j in cutlass.range_constexpr(self.cfg.row_words):
-                row[j] = entry[QUEUE_HEAD + j]
+            item = cute.make_tensor(queue, cute.make_layout(QUEUE_DEPTH))[taken.index]
             pipe.consumer_release(taken)
             taken.advance()
         else:
             item = item + num_clusters
-            if item < num_items:
-                for j in cutlass.range_constexpr(self.cfg.row_words):
-                    row[j] = work[item, j]
         return item, taken
-
-    @cute.jit
-    def field(self, row, seg, j):
-        """Column j of segment `seg` of a work row held in registers (`seg` may be a loop variable: registers
-        cannot be indexed at run time, so with two segments it is a select between the two)."""
-        if cutlass.const_expr(self.cfg.segments == 1):
-            return row[j]
-        return cutlass.select_(seg == 0, row[j], row[SEGMENT_COLS + j])
 
     @cute.jit
     def reset_counter(self, counter, rank, num_clusters):
