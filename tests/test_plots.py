@@ -193,3 +193,48 @@ def test_wave_occupancy_gantt_gaps_are_idle():
 def test_wave_occupancy_rejects(work, slots):
     with pytest.raises(ValueError):
         plots.wave_occupancy(work, slots=slots)
+
+
+def timeline_frame(rng, ctas=6, rows=3):
+    """Rows of a traced launch as trace_frame returns them, with random phase lengths."""
+    records = []
+    for cta in range(ctas):
+        t = rng.uniform(0, 0.3)
+        entry = t
+        for seq in range(rows):
+            start = t + rng.uniform(0.1, 0.4)
+            data = start + rng.uniform(0.0, 2.0)
+            mma_done = data + rng.uniform(30, 45)
+            stored = mma_done + rng.uniform(0.1, 2.0)
+            records.append(dict(cta=cta, cluster=cta // 2, seq=seq, row=cta + 6 * seq, entry=entry, start=start,
+                                data=data, mma_done=mma_done, stored=stored))
+            t = stored
+        for r in records[-rows:]:
+            r["exit"] = t + 0.2
+    return pd.DataFrame(records)
+
+
+def test_cta_timeline_draws_every_phase_of_every_row(rng):
+    frame = timeline_frame(rng)
+    fig = plots.cta_timeline(frame, title="t", source="synthetic")
+    ax = fig.axes[0]
+    bars = [c for c in ax.collections]                    # one broken_barh per (phase, CTA)
+    assert len(bars) == len(plots.TIMELINE_PHASES) * frame.cta.nunique()
+    assert sum(len(b.get_paths()) for b in bars) == len(plots.TIMELINE_PHASES) * len(frame)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == [p[2] for p in plots.TIMELINE_PHASES]
+    assert f"{frame.exit.max():.1f} µs" in ax.get_title()
+    assert caption(ax) == "Source: synthetic"
+    assert ax.get_ylim()[0] > ax.get_ylim()[1]             # CTA 0 on top
+    assert_not_blank(fig)
+
+
+def test_cta_timeline_window_and_rejects(rng):
+    frame = timeline_frame(rng)
+    fig = plots.cta_timeline(frame, source="synthetic", window=(30, 50))
+    assert fig.axes[0].get_xlim() == (30, 50)
+    with pytest.raises(ValueError, match="source"):
+        plots.cta_timeline(frame, source="")
+    with pytest.raises(ValueError, match="lacks columns"):
+        plots.cta_timeline(frame.drop(columns="mma_done"), source="synthetic")
+    with pytest.raises(ValueError, match="no rows"):
+        plots.cta_timeline(frame.iloc[:0], source="synthetic")

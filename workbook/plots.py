@@ -1,9 +1,10 @@
-"""The three figures of the workbook, each one function that returns a matplotlib Figure.
+"""The figures of the workbook, each one function that returns a matplotlib Figure.
 
     latency_vs_shape(df, x="K", hue="variant", source="data/measured/h200/kmeans_assign.csv")
     speedup_bars(labels, pcts, geomean_pct=7.77, title="PR #22 vs main", source="seed 000, B200")
     wave_occupancy(256, slots=74, slot_label="CTA pair")                   # equal tiles, round-robin
     wave_occupancy([[(0, 1, "256 wide"), (1, 0.75, "192 wide")], ...])      # a Gantt chart per slot
+    cta_timeline(frame, source="data/measured/h200/probes/...csv")          # a measured launch, CTA by CTA
 
 Every figure carries its data source in a small grey caption under the axes, so that a picture
 copied out of a notebook still says which machine and file (or seed) its numbers came from.
@@ -258,3 +259,46 @@ def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str |
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     caption(ax, source)
     return fig
+
+
+TIMELINE_PHASES = (   # (from column, to column, label, colour) of a `gemm_kernels.hopper.trace_frame`
+    ("start", "data", "waiting for the first K-block", IDLE),
+    ("data", "mma_done", "K loop (WGMMA)", GAIN),
+    ("mma_done", "stored", "epilogue", LOSS),
+)
+
+
+def cta_timeline(frame: pd.DataFrame, *, ax=None, title: str | None = None, source: str,
+                 window: tuple[float, float] | None = None) -> Figure:
+    """A measured launch, CTA by CTA: x is time in microseconds from the first CTA's start, y the CTA. Each
+    row of `frame` (one work row a CTA ran: the columns of `gemm_kernels.hopper.trace_frame`) is drawn as its
+    phases, `TIMELINE_PHASES`; what is not drawn is time between rows, before the first and after the last.
+    `window` zooms to (t0, t1) microseconds."""
+    _require_source(source)
+    need = {"cta", "exit", *(c for a, b, _, _ in TIMELINE_PHASES for c in (a, b))}
+    missing = need - set(frame.columns)
+    if missing:
+        raise ValueError(f"frame lacks columns {sorted(missing)}: pass gemm_kernels.hopper.trace_frame's output")
+    if frame.empty:
+        raise ValueError("frame has no rows")
+    n = int(frame.cta.max()) + 1
+    fig, ax = _figure(ax, (11.0, 3.8))
+    for a, b, label, colour in TIMELINE_PHASES:
+        for cta, g in frame.groupby("cta"):
+            spans = [(x0, x1 - x0) for x0, x1 in zip(g[a], g[b]) if x1 > x0]
+            if spans:
+                ax.broken_barh(spans, (cta - 0.45, 0.9), color=colour, linewidth=0)
+        ax.bar(0, 0, color=colour, label=label)        # a legend entry per phase
+    makespan = frame.exit.max()
+    ax.axvline(makespan, color="k", lw=0.8, ls=":")
+    ax.set_xlim(*(window or (0, makespan * 1.01)))
+    ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlabel("time since the first CTA started (µs)")
+    ax.set_ylabel("CTA")
+    epilogue = (frame.stored - frame.mma_done).median()
+    summary = f"{n} CTAs, {len(frame)} rows run; last CTA done at {makespan:.1f} µs; median epilogue {epilogue:.2f} µs"
+    ax.set_title(f"{title}\n{summary}" if title else summary, fontsize="medium")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    caption(ax, source)
+    return fig
+
