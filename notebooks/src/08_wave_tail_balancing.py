@@ -15,7 +15,9 @@
 # * on which H200 shapes the same trick should pay (≥ 5 % predicted), and what was measured there;
 # * why a persistent GEMM that matches cuBLAS clock for clock can still lose to it: DRAM bytes, power and the
 #   clock, and how handing out tiles dynamically and in L2-sized bands wins that back (section 5);
-# * stream-K and a deferred epilogue for the last percent at 4096³, and why neither paid (section 6).
+# * stream-K and a deferred epilogue for the last percent at 4096³, and why neither paid at first (section 6);
+# * how a timeline of every CTA, stamped by the kernel itself, found what the epilogue really cost, and what
+#   deferring it properly moved (section 7).
 #
 # **What runs where.** Everything in sections 1 and 2 is arithmetic and runs on any CPU: the plans are
 # *computed*, with one modelling assumption, stated where it is used. Section 3 puts measurements next to
@@ -28,6 +30,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import Markdown, display
 
+from gemm_kernels import bench as gemm_bench
 from gemm_kernels import hopper, waves
 from workbook import explore, gpus, ncu, plots, pr, records
 
@@ -526,17 +529,20 @@ print("% of torch.matmul's speed, 10 rounds, commit 7062732: data/measured/h200/
 display(summary)
 
 # %% [markdown]
-# And on the shapes where our uniform tiling leaves a poor last wave: our default against `torch.matmul` in the four
-# most recent runs that timed at least four of those shapes (the benchmark's `gemm.csv` and the sweep's
+# And on the shapes where our uniform tiling leaves a poor last wave: our default (the default of each run's
+# commit: the plain register epilogue before session 5, the deferred one since, section 7) against `torch.matmul`
+# in the four most recent runs that timed at least four of those shapes (the benchmark's `gemm.csv` and the sweep's
 # `gemm_sweep.csv`, one column per run, oldest first; each run is one commit), shapes timed in at least three of
 # them. Section 6's runs timed only the benchmark's three default shapes and are left out here. Where cuBLAS is
 # weak, our balanced tiles stay ahead run after run.
 
 # %%
-DEFAULT = "128x256x64 s4 register balanced cluster2"
+PLAIN_DEFAULT = "128x256x64 s4 register balanced cluster2"    # gemm()'s default before session 5
+SESSION_5 = {"81a3001", "78d89e8"}                              # commits whose default defers the epilogue
 both = pd.concat([records.read("h200", "gemm").assign(table="bench"),
                   records.read("h200", "gemm_sweep").assign(table="sweep")])
-both = both[(both.kernel == "torch") | (both.variant == DEFAULT)]
+default_then = both.commit.map(lambda c: gemm_bench.DEFAULT_VARIANT if c in SESSION_5 else PLAIN_DEFAULT)
+both = both[(both.kernel == "torch") | (both.variant == default_then)]
 runs = both.pivot_table(index=["M", "N", "K", "commit", "table"], columns="kernel", values="ms_median",
                         aggfunc="last").dropna()
 runs["pct"] = 100 * runs["torch"] / runs["ours"]
@@ -562,9 +568,9 @@ print(f"poor-last-wave shapes at or above 105 % in every one of these runs that 
 # After section 5, 4096³ is the one square still a little behind cuBLAS: 97–99 % in the benchmark runs,
 # 98–101 % in alternating rounds. It has 256 items of 256 × 256 (CTA pairs) on 66 pairs: 3.88 waves, so
 # in the fourth wave 8 pairs idle for a whole item, about 0.12 of a ~50 µs item per pair on average, ~3 % of
-# the run. Two classic remedies were built, tested and timed in session 4. Neither is the default now; both
-# stay in the kernel as options (`gemm(..., stream_k=True)`, `gemm(..., defer_epilogue=True)`) with their
-# tests, because what they cost is the lesson.
+# the run. Two classic remedies were built, tested and timed in session 4, and neither moved the number.
+# Stream-K stays in the kernel as an option (`gemm(..., stream_k=True)`) with its tests, because what it costs
+# is the lesson. The deferred epilogue came back in section 7, once a timeline showed what it was up against.
 #
 # ### 6a. Stream-K: split the last wave along K
 #
@@ -682,14 +688,172 @@ display(defer_table)
 # Positive means the deferred epilogue was faster. Synchronised: −1.5 to +1.1 %; back to back: −0.4 to +0.5 %.
 # At most half a percent, inside the noise of one run. The benchmark read it 3–5 % *slower* at 16384³ in three
 # runs (`gemm.csv`), which these alternating rounds do not reproduce. The ~1 µs per item was either not on
-# the critical path, or the overlap stole as much as it hid. It stays an option; the plain epilogue stays the
-# default.
+# the critical path, or the overlap stole as much as it hid. Session 4 left it an option and kept the plain
+# epilogue. Both of this section's predictions were wrong in sign or size, and "~1 µs per item" was itself a
+# guess. Section 7 replaces the guess with a measurement.
+
+# %% [markdown]
+# ## 7. Where the time goes, CTA by CTA
 #
-# **Where that leaves 4096³.** Both remedies attacked the tail and the epilogue, and neither moved the
-# number. The ~1 % left is somewhere else. cuBLAS picks a different tile at this size. A ping-pong of two
-# consumer warpgroups, each on its own tile, would hide the epilogue entirely, at the price of more operand
-# bytes per flop, which section 5 says costs clock. Those are the next experiments. Predict them first: this
-# section's two predictions were both wrong in sign or size.
+# Timing a launch gives one number. To see *where* a launch spends it, the kernel can stamp the GPU's global
+# nanosecond timer itself. `Config.trace` compiles a separate build (the timed kernel carries none of it) in
+# which the first consumer warp of every CTA writes `%globaltimer` when the CTA starts and ends and, for each
+# work row it runs: when it has the row, when the row's first K-block has landed, when its last WGMMA is done,
+# and when C is written. `hopper.timeline(a, b)` runs that build once and returns the stamps as a table
+# (`trace_frame`), one line per row a CTA ran. The stamp, and why a whole warp writes it:
+
+# %%
+print(inspect.getsource(hopper.HopperGemm.stamp))
+
+# %% [markdown]
+# (A first build stamped from one lane. ptxas then serialized every WGMMA again, as in section 6b. The test
+# `test_wgmmas_are_not_serialized` now compiles the traced builds too.)
+#
+# Here is one launch of 4096³ with the plain register epilogue, measured on the H200
+# (`tools/probes/probe_timeline.py`): 132 CTAs, four rows each, except 16 that get only three. Blue is the
+# K loop, red the epilogue, grey the wait for a row's first K-block.
+
+# %%
+TIMELINES = PROBES / "gemm_timeline_78d89e8"
+
+
+def traced_launch(shape, variant, launch=0):
+    """One launch of a probe_timeline.py file: the rows of every CTA, as hopper.trace_frame returned them."""
+    runs = pd.read_csv(TIMELINES / f"gemm_timeline_{shape}_{variant}.csv")
+    return runs[runs.launch == launch]
+
+
+def timeline_source(shape, variant):
+    return (f"data/measured/h200/probes/gemm_timeline_78d89e8/gemm_timeline_{shape}_{variant}.csv "
+            f"(H200, commit 78d89e8, launch 0)")
+
+
+plain = traced_launch("4096x4096x4096", "plain")
+plots.cta_timeline(plain, title="4096³, plain register epilogue", source=timeline_source("4096x4096x4096", "plain"))
+plt.show()
+ends = plain[plain.seq == 0].mma_done
+print(f"row 1's last WGMMA finishes between {ends.min():.1f} and {ends.max():.1f} µs on all {len(ends)} CTAs; "
+      f"the epilogue then takes {(plain.stored - plain.mma_done).median():.2f} µs (median over every row)")
+
+# %% [markdown]
+# Three things show up that no single number showed:
+#
+# * **The epilogue costs about 1.8 µs per row**, not the ~1 µs guessed in section 6b. At four rows per CTA,
+#   that is ~7 µs, 4 % of the launch. At 8192³ rows are twice as long (2 %), at 16384³ four times (1 %).
+#   That is the same ordering as our deficit against cuBLAS per clock at 4096³ and surplus at the larger
+#   squares (section 5).
+# * **All 132 CTAs end a row within about a microsecond of each other.** The dynamic schedule keeps them in step,
+#   so 8.4 MB of C leave the SMs at the same moment and meet in the L2. That is why 64 KiB of stores per CTA
+#   take so long.
+# * **The ring never runs dry.** A row's first K-block has always landed by the time the consumers want it (the
+#   grey is barely visible). So claiming the next row earlier cannot help. It was tried anyway and measured
+#   nothing (`notes/perf-log.md`, session 5).
+#
+# Zoom in on the end of the first row, plain against the default, which defers the epilogue (below):
+
+# %%
+default = traced_launch("4096x4096x4096", "default")
+fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), layout="constrained", sharey=True)
+for ax, (frame, name) in zip(axes, ((plain, "plain"), (default, "default"))):
+    label = {"plain": "plain epilogue", "default": "deferred epilogue (the default)"}[name]
+    plots.cta_timeline(frame, ax=ax, title=f"4096³, {label}", window=(38, 50),
+                       source=timeline_source("4096x4096x4096", name))
+axes[0].get_legend().remove()
+plt.show()
+
+# %% [markdown]
+# Session 4's deferral stored all of item *j*'s C behind item *j + 1*'s first K-block, and its timeline
+# (`probes/gemm_timeline_969303c/`) shows what happened. The epilogue shrank to 0.16 µs (the pack to bf16).
+# But that K loop grew by 1.1–1.4 µs: warps busy issuing 16 stores do not issue the next WGMMAs, and the
+# stores still crowd the L2. The default now spreads them out. Each of the next row's first 8 K-blocks
+# carries one 32-column group of C: two 16-byte stores, issued right after the K-block's WGMMAs and before
+# the wait for them.
+
+# %%
+src = inspect.getsource(hopper.HopperGemm.mainloop)
+print(src[src.index("        acc.fill"):src.index("        for kb in range(first")])
+
+# %% [markdown]
+# The timeline cannot tell the two deferrals apart: the K loop grows by ~1 µs either way, because C's bytes
+# cost the L2 what they cost. Every row still saves about 0.8 µs net. Per launch, all three traced variants at
+# both squares (medians over three launches; µs):
+
+# %%
+traced = pd.read_csv(TIMELINES / "gemm_timeline_summary.csv")
+phases = {"makespan_us": "launch", "first_data_us(med)": "to 1st K-block", "kloop_us(med)": "K loop per row",
+          "epilogue_us(med)": "epilogue per row", "gap_us(med)": "between rows"}
+display(traced.groupby(["shape", "variant"])[list(phases)].median().rename(columns=phases).round(2))
+print("data/measured/h200/probes/gemm_timeline_78d89e8/gemm_timeline_summary.csv (H200, commit 78d89e8; "
+      "staged = the TMA-store epilogue of notebook 06)")
+
+# %% [markdown]
+# **Prediction** (`notes/perf-log.md`, before the run): the spread deferral takes the 1.8 µs epilogue down to
+# ~0.2 and costs the K loop ~0.2, so about +2 % at 4096³, +1.5 % at 8192³ and +0.5 % at 16384³. **Measured**:
+# the epilogue went to 0.16 µs as predicted, but the K loop paid ~1 µs, not 0.2. What that left, against the
+# plain epilogue and against `torch.matmul`, timed side by side in alternating rounds (three files, each
+# config's median):
+
+# %%
+ROUNDS = [("gemm_spread_rounds.csv", "ffc0b2c", "launch default", "launch deferred"),
+          ("gemm_spread_rounds2.csv", "ffc0b2c", "launch default", "launch deferred"),
+          ("gemm_deferral_forms_rounds.csv", "9c53411", "plain register", "default")]
+rows = []
+for name, commit, plain_cfg, spread_cfg in ROUNDS:
+    runs = pd.read_csv(PROBES / name)
+    for shape, g in runs.groupby("shape", sort=False):
+        m = g.groupby("config")[["synced_ms", "b2b_ms"]].median()
+        row = {"file": name, "commit": commit, "shape": shape, "rounds": g["round"].nunique()}
+        for col, how in (("b2b_ms", "back to back"), ("synced_ms", "synced")):
+            row[f"spread vs plain, {how} (%)"] = 100 * (m.loc[plain_cfg, col] / m.loc[spread_cfg, col] - 1)
+            row[f"% of torch.matmul, {how}"] = 100 * m.loc["torch", col] / m.loc[spread_cfg, col]
+        rows.append(row)
+display(pd.DataFrame(rows).round(1))
+print("data/measured/h200/probes/gemm_spread_rounds{,2}.csv (commit ffc0b2c: 'launch default' = plain, 'launch deferred' "
+      "= spread) and gemm_deferral_forms_rounds.csv (the kernel of 78d89e8)")
+
+# %% [markdown]
+# Positive in the first column means the spread deferral was faster. Back to back it gains 1.5–3.1 % at
+# 4096³ in all three files. At the larger squares the two timing methods disagree by more than the effect.
+# Synced at 16384³ the plain epilogue was even faster in the last file. The third file also timed session 4's
+# deferral side by side (`notes/perf-log.md`): the spread form was 1.3 % ahead of it at 4096³ and level
+# elsewhere. So the default is now `defer_epilogue=None`, which spreads the register epilogue.
+#
+# One clock, no power cap in the way: Nsight Compute profiles each kernel once at the same SM clock.
+
+# %%
+prof = ncu.read(PROBES / "ncu_deferred_4096.txt").set_index("contender")
+prof = prof.rename(index={"4096^3 torch": "cuBLAS", "4096^3 ours default": "ours (spread deferral)",
+                          "4096^3 ours {'defer_epilogue': 0}": "ours (plain epilogue)"})
+cols = {"gpu__time_duration.sum": "ms", "sm__cycles_elapsed.avg.per_second": "GHz",
+        "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed": "tensor pipe active (%)",
+        "dram__bytes_read.sum": "DRAM read (GB)"}
+display(prof[list(cols)].rename(columns=cols).round(4))
+print("data/measured/h200/probes/ncu_deferred_4096.txt (ncu --clock-control none, commit 81a3001)")
+
+# %% [markdown]
+# At one clock our kernel went from 3.5 % behind cuBLAS at 4096³ (section 5's `ncu_dyn_4096.txt`) to under
+# 1 %. And the benchmark, the seeds' method, where the GPU's clock is whatever its power cap allows?
+
+# %%
+bench = records.read("h200", "gemm")
+bench = bench[bench.commit.isin(["81a3001", "78d89e8"]) & (bench.M == bench.N) & (bench.N == bench.K)]
+bench = bench[(bench.kernel == "torch") | (bench.variant == gemm_bench.DEFAULT_VARIANT)]
+per_run = bench.pivot_table(index=["date", "M"], columns="kernel", values="tflops", aggfunc="last").dropna()
+per_run["% of torch.matmul"] = 100 * per_run["ours"] / per_run["torch"]
+runs_table = per_run["% of torch.matmul"].unstack("M").round(0)
+runs_table.index = [f"run {i + 1}" for i in range(len(runs_table))]
+runs_table.columns = [f"{m}³" for m in runs_table.columns]
+display(runs_table)
+print(f"data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}, commits 81a3001 and 78d89e8 "
+      "(the same kernel), one row per benchmark run")
+
+# %% [markdown]
+# 8192³ stays above cuBLAS (103–106 %) and 16384³ level with it (99–101 %). 4096³ does not reach it reliably: the benchmark's 30 calls a run read
+# 97–101 %, while every alternating-rounds file puts the median at or just above 100 %. The timeline says where
+# the rest goes. Of a ~177 µs launch, 169 µs is K loop at the tensor pipe's peak for the clock. About 5 µs is
+# fixed cost: ~2 µs from launch to the first K-block, ~0.35 µs between rows, and ~1.5 µs to store the last
+# row's C. The rest is the clock the 690 W cap allows. Two attempts at the fixed cost measured nothing: claiming
+# rows earlier, and passing the work row through shared memory (`notes/perf-log.md`, session 5).
 
 # %% [markdown]
 # ## Take-aways
@@ -707,6 +871,9 @@ display(defer_table)
 # * Once the tail is fixed, the next limit on the H200 is power: at its 690 W cap, every DRAM byte costs clock.
 #   A persistent kernel must keep the tiles *in flight* close together in the raster; handing them out
 #   dynamically, in bands whose A fits in L2, brought our DRAM bytes from 1.8x cuBLAS's to 1.07x.
+# * Measure where the time goes before choosing a remedy. A timeline stamped by the kernel itself showed an
+#   epilogue twice as long as guessed, every SM storing C at the same moment, and a ring that never ran dry.
+#   That ruled out one remedy (claiming earlier) and explained why another (deferral) had barely paid.
 # * A remedy is only as good as its cost on this machine. Stream-K removes a tail of 0.12 waves but hands
 #   256 KiB partial sums across the L2, ~10 µs a time at 4096³: it lost 2–3 %. Measure the cost of the
 #   mechanism (section 6's *halves* build), not only the idle time it removes.
