@@ -559,7 +559,7 @@ table = poor.pivot_table(index=["M", "N", "K", "last_wave_fill"], columns=["comm
 table = table.reindex(columns=[c for c in recent if c in table.columns])
 table = table[table.notna().sum(axis=1) >= 3]
 display(table.round(0).style.format("{:.0f}", na_rep="").background_gradient(cmap="RdBu", vmin=80, vmax=120))
-print(f"poor-last-wave shapes at or above 105 % in every one of these runs that timed them: "
+print("poor-last-wave shapes at or above 105 % in every one of these runs that timed them: "
       + ", ".join(f"{m}x{n}x{k}" for (m, n, k, _), r in table.iterrows() if (r.dropna().round() >= 105).all()))
 
 # %% [markdown]
