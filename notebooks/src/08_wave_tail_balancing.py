@@ -742,7 +742,7 @@ print(f"row 1's last WGMMA finishes between {ends.min():.1f} and {ends.max():.1f
 #   that is ~7 µs, 4 % of the launch. At 8192³ rows are twice as long (2 %), at 16384³ four times (1 %).
 #   That is the same ordering as our deficit against cuBLAS per clock at 4096³ and surplus at the larger
 #   squares (section 5).
-# * **All 132 CTAs end a row within about a microsecond of each other.** The dynamic schedule keeps them in step,
+# * **All 132 CTAs end a row within about two microseconds of each other.** The dynamic schedule keeps them in step,
 #   so 8.4 MB of C leave the SMs at the same moment and meet in the L2. That is why 64 KiB of stores per CTA
 #   take so long.
 # * **The ring never runs dry.** A row's first K-block has always landed by the time the consumers want it (the
@@ -815,8 +815,8 @@ print("data/measured/h200/probes/gemm_spread_rounds{,2}.csv (commit ffc0b2c: 'la
 # Positive in the first column means the spread deferral was faster. Back to back it gains 1.5–3.1 % at
 # 4096³ in all three files. At the larger squares the two timing methods disagree by more than the effect.
 # Synced at 16384³ the plain epilogue was even faster in the last file. The third file also timed session 4's
-# deferral side by side (`notes/perf-log.md`): the spread form was 1.3 % ahead of it at 4096³ and level
-# elsewhere. So the default is now `defer_epilogue=None`, which spreads the register epilogue.
+# deferral side by side (`notes/perf-log.md`): back to back, the spread form was 1.3 % ahead of it at 4096³,
+# 0.6 % at 16384³ and level at 8192³. So the default is now `defer_epilogue=None`, which spreads the register epilogue.
 #
 # One clock, no power cap in the way: Nsight Compute profiles each kernel once at the same SM clock.
 
