@@ -818,7 +818,8 @@ print("data/measured/h200/probes/gemm_spread_rounds{,2}.csv (commit ffc0b2c: 'la
 # deferral side by side (`notes/perf-log.md`): back to back, the spread form was 1.3 % ahead of it at 4096³,
 # 0.6 % at 16384³ and level at 8192³. So the default is now `defer_epilogue=None`, which spreads the register epilogue.
 #
-# One clock, no power cap in the way: Nsight Compute profiles each kernel once at the same SM clock.
+# One kernel at a time, at one clock: Nsight Compute profiles each once (clocks not locked; all three ran at
+# 1.57–1.58 GHz).
 
 # %%
 prof = ncu.read(PROBES / "ncu_deferred_4096.txt").set_index("contender")
@@ -848,9 +849,9 @@ print(f"data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}, com
       "(the same kernel), one row per benchmark run")
 
 # %% [markdown]
-# 8192³ stays above cuBLAS (103–106 %) and 16384³ level with it (99–101 %). 4096³ does not reach it reliably: the benchmark's 30 calls a run read
-# 97–101 %, while every alternating-rounds file puts the median at or just above 100 %. The timeline says where
-# the rest goes. Of a ~177 µs launch, 169 µs is K loop at the tensor pipe's peak for the clock. About 5 µs is
+# 8192³ stays above cuBLAS (103–106 %) and 16384³ level with it (99–101 %). 4096³ does not reach it reliably:
+# the benchmark's 30 calls a run read 97–101 %, while every alternating-rounds file puts the back-to-back median
+# just above 100 % (100.4–101.3 %; synced 99.3–105.0 %). The timeline says where the rest goes. Of a ~177 µs launch, 169 µs is K loop at the tensor pipe's peak for the clock. About 5 µs is
 # fixed cost: ~2 µs from launch to the first K-block, ~0.35 µs between rows, and ~1.5 µs to store the last
 # row's C. The rest is the clock the 690 W cap allows. Two attempts at the fixed cost measured nothing: claiming
 # rows earlier, and passing the work row through shared memory (`notes/perf-log.md`, session 5).
