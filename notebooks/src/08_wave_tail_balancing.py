@@ -852,9 +852,10 @@ print(f"data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}, com
 # 8192³ stays above cuBLAS (103–106 %) and 16384³ level with it (99–101 %). 4096³ does not reach it reliably:
 # the benchmark's 30 calls a run read 97–101 %, while every alternating-rounds file puts the back-to-back median
 # just above 100 % (100.4–101.3 %; synced 99.3–105.0 %). The timeline says where the rest goes. Of a ~177 µs
-# launch, 169 µs is K loop at the tensor pipe's peak for the clock. About 5 µs is fixed cost: ~2 µs from launch to the first K-block, ~0.35 µs between rows, and ~1.5 µs to store the last
-# row's C. The rest is the clock the 690 W cap allows. Two attempts at the fixed cost measured nothing: claiming
-# rows earlier, and passing the work row through shared memory (`notes/perf-log.md`, session 5).
+# launch, 169 µs is K loop at the tensor pipe's peak for the clock. About 5 µs is fixed cost: ~2 µs from launch
+# to the first K-block, ~0.35 µs between rows, and ~1.5 µs to store the last row's C. The rest is the clock the
+# 690 W cap allows. Two attempts at the fixed cost measured nothing: claiming rows earlier, and passing the work
+# row through shared memory (`notes/perf-log.md`, session 5).
 
 # %% [markdown]
 # ## Take-aways
