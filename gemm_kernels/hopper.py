@@ -366,7 +366,7 @@ class HopperGemm:
 
         defer = cutlass.const_expr(cfg.defer_epilogue)
         if cutlass.const_expr(defer):
-            # C of the previous item, as bf16 pairs, stored while this item's first K-block is in the tensor cores
+            # C of the previous item, as bf16 pairs, stored 32 columns at a time behind this item's first K-blocks
             words = cute.make_rmem_tensor((cfg.tile_n // 32, 2, 4), cutlass.Int32)
             prev_m0, prev_n0, prev_width = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(0)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
@@ -554,7 +554,7 @@ class HopperGemm:
         One copy per width, chosen once per item: a width branch *inside* this loop makes ptxas close the
         WGMMA group at the join and insert an empty one, so `wait_group(1)` would wait on the k-block just
         issued (notes/gemm-vs-cutlass.md). `pending`: the previous item's C (`store_words` arguments), stored
-        once the first K-block's WGMMAs are issued, so the stores overlap them.
+        one 32-column group behind each of the first 8 K-blocks' WGMMAs, so the stores overlap them.
 
         The loop zeroes its own width's accumulator and waits for its last WGMMA group itself: zeroing all of it
         before the width branch, or waiting after the join, let ptxas see other instructions define accumulator
