@@ -92,10 +92,12 @@ plt.show()
 #
 # The producer, the consumers' walk over the work list, and their K loop, from the package (`inspect.getsource`, the
 # code that runs). A row of the work list is one segment of K-blocks: all of an item's K, except with notebook 08's
-# stream-K option, where a row may hold the end of one item and the start of the next.
+# stream-K option, where a row may hold the end of one item and the start of the next. (The `tracing` lines are
+# compiled only into notebook 08's timeline build; the `pending` stores are its deferred epilogue.)
 
 # %%
 print(inspect.getsource(hopper.HopperGemm.produce))
+print(inspect.getsource(hopper.HopperGemm.load_k_blocks))
 src = inspect.getsource(hopper.HopperGemm.consume)
 print(src[src.index("        taken = pipeline.make_pipeline_state"):src.index("                    to_c = cutlass.Boolean(True)")])
 print(inspect.getsource(hopper.HopperGemm.mainloop))
