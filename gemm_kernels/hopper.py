@@ -16,8 +16,8 @@ One CTA per SM, 384 threads, three warpgroups:
     m64 x tile_n x k16 from shared memory into fp32 registers (128 of them per thread for tile_n = 256),
     then runs the epilogue.
 
-Persistent schedule. The grid is min(#work items, #slots). The work list [num_items, 3] int32 =
-(m0, n0, width) is made by the planner (`gemm_kernels.waves.plan`) and reordered in bands of tile rows for
+Persistent schedule. The grid is min(#work items, #slots). The work list (rows of (m0, n0, width, ...) int32,
+`work_rows`) is made by the planner (`gemm_kernels.waves.plan`) and reordered in bands of tile rows for
 L2 reuse (`banded`, `band_rows_for`). Slots take items from it *dynamically*, in list order: the producer
 warp of each slot claims the next index from a global counter and hands it to every warp of the slot
 through a small shared-memory queue (`claim`, `take`), so the items in flight stay neighbours in the raster
@@ -292,7 +292,7 @@ class HopperGemm:
         claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items)
         item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
         while item < num_items:
-            for seg in cutlass.range_constexpr(self.cfg.segments):
+            for seg in cutlass.range_constexpr(self.cfg.segments):   # unrolled: a segment's fields load as one LDG.128
                 col = seg * SEGMENT_COLS
                 m0, n0 = work[item, col] + rank * TILE_M, work[item, col + 1]
                 k0, k_count = work[item, col + 3], work[item, col + 4]
@@ -1026,14 +1026,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     stream_k: split a uniform plan's partial last wave along K over every slot (`work_rows`); at 4096^3
     handing a partial sum over cost ~10 us, more than the 0.12-wave tail it removes (-2 to -3 %).
     """
-    _check_operand("a", a)
-    _check_operand("b", b)
-    device = a.get_device()
-    if b.get_device() != device:
-        raise ValueError(f"a and b must be on one device, got {a.device} and {b.device}")
-    (M, K), (K2, N) = a.shape, b.shape
-    if K != K2:
-        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    M, N, K, device = _operands(a, b)
     call = _call_for(M, N, K, device, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                      cluster_m=cluster_m, band_rows=band_rows, persistent=persistent, dynamic=dynamic,
                      defer_epilogue=defer_epilogue, stream_k=stream_k)
@@ -1051,6 +1044,19 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     return out
 
 
+def _operands(a, b) -> tuple[int, int, int, int]:
+    """(M, N, K, device) of checked operands for c = a @ b."""
+    _check_operand("a", a)
+    _check_operand("b", b)
+    device = a.get_device()
+    if b.get_device() != device:
+        raise ValueError(f"a and b must be on one device, got {a.device} and {b.device}")
+    (M, K), (K2, N) = a.shape, b.shape
+    if K != K2:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    return M, N, K, device
+
+
 def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: int) -> None:
     """Launch `call`'s kernel on checked operands (through its launch cache: a graph replay after the first)."""
     addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(),
@@ -1062,10 +1068,7 @@ def timeline(a: torch.Tensor, b: torch.Tensor, *, variant: dict | None = None, *
     """Run `gemm(a, b, **options)` once in a build that stamps the global nanosecond timer as each CTA runs
     (Config.trace; a separate compile, the timed kernel carries none of it). Returns (c, frame): the
     `trace_frame` of that launch, one row per segment a CTA ran. `variant`: extra Config fields to trace."""
-    _check_operand("a", a)
-    _check_operand("b", b)
-    (M, K), (_, N) = a.shape, b.shape
-    device = a.get_device()
+    M, N, K, device = _operands(a, b)
     call = _call_for(M, N, K, device, variant={**(variant or {}), "trace": True}, **options)
     out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     stream = launch.stream_handle(device)
@@ -1081,7 +1084,7 @@ def trace_frame(trace, cluster_m: int):
     cluster, seq (its position in the CTA's run), row (of the work list), entry, start, data, mma_done, stored,
     exit, in microseconds from the first CTA's entry. start: the consumers have the row; data: its first
     K-block has landed; mma_done: its last WGMMA has finished; stored: C (or the partial) is written.
-    A CTA that ran more than TRACE_SEGMENTS segments shows its last ones folded into the final record."""
+    A CTA that ran more than TRACE_SEGMENTS segments wrote its later ones over its last record."""
     import numpy as np
     import pandas as pd
     trace = np.asarray(trace, dtype=np.int64)

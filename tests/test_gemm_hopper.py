@@ -306,6 +306,8 @@ def test_gpu_input_errors():
         hopper.gemm(a[:, :60].contiguous(), a[:60].contiguous())
     with pytest.raises(ValueError, match="inner dimensions"):
         hopper.gemm(a, a[:32].contiguous())
+    with pytest.raises(ValueError, match="inner dimensions"):     # the traced build checks its operands alike
+        hopper.timeline(a, a[:32].contiguous())
     with pytest.raises(ValueError, match="contiguous"):
         hopper.gemm(a.t(), a)
 
