@@ -79,6 +79,10 @@ TILE_M = 128          # two consumer warpgroups x 64 rows (the WGMMA M)
 TILE_K = 64           # 64 bf16 = 128 bytes: one 128-byte swizzle row of the K-major A tile
 EPI_N = 32            # staged epilogue sub-tile: 128 x 32 bf16 = 8 KiB per buffer
 B_ATOM_N = 64         # N-major B in smem: 128-byte swizzle atoms of 64 bf16 columns
+# Register epilogue: tile widths in steps of 16 columns. WGMMA's N and one lane's 16-byte store go in steps of 8,
+# but on the H200 an N=248 K loop took as long as an N=256 one, while N=240 took 0.95 of it (notes/perf-log.md,
+# session 6): the tensor cores work in 16-column steps, so an 8-column step buys nothing and costs an item.
+WIDTH_STEP = 16
 EPILOGUES = ("staged", "register")
 SCHEDULES = ("uniform", "balanced")
 ALIGN = 8             # elements: TMA wants 16-byte aligned strides
@@ -113,17 +117,14 @@ class Config:
     def __post_init__(self):
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
-        for n in (self.tile_n, self.narrow_n):
-            if n is not None and not (n % EPI_N == 0 and 32 <= n <= 256):
-                raise ValueError(f"tile widths must be multiples of {EPI_N} in [32, 256], got {n}")
-        if self.narrow_n is not None and not (self.narrow_n < self.tile_n and self.narrow_n % B_ATOM_N == 0):
-            raise ValueError(f"narrow_n ({self.narrow_n}) must be a multiple of {B_ATOM_N} below tile_n "
-                             f"({self.tile_n})")
-        for n in (self.tile_n, self.narrow_n):
-            # The staged epilogue picks buffer (tile * sub-tiles + j) % epi_stages; a tile that ends early
-            # (narrow) must still hand the next tile the buffer after its last one.
-            if n is not None and (n // EPI_N) % self.epi_stages:
-                raise ValueError(f"tile width {n} is not a whole number of {self.epi_stages} x {EPI_N} columns")
+        if not (self.tile_n % B_ATOM_N == 0 and 64 <= self.tile_n <= 256):
+            raise ValueError(f"tile_n must be a multiple of {B_ATOM_N} in [64, 256], got {self.tile_n}")
+        step = self.width_step
+        if self.narrow_n is not None and not (self.narrow_n < self.tile_n and self.narrow_n % step == 0):
+            raise ValueError(f"narrow_n ({self.narrow_n}) must be a multiple of {step} below tile_n ({self.tile_n}) "
+                             f"with the {self.epilogue} epilogue")
+        if self.staged and (self.tile_n // EPI_N) % self.epi_stages:
+            raise ValueError(f"tile width {self.tile_n} is not a whole number of {self.epi_stages} x {EPI_N} columns")
         if self.cluster_m not in (1, 2):
             raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m}")
         if self.stages < 2:
@@ -133,6 +134,17 @@ class Config:
         if self.stream_k and self.narrow_n is not None:
             raise ValueError("stream_k splits uniform tiles; a balanced plan with narrow tiles fills its last wave "
                              "already")
+
+    @property
+    def staged(self) -> bool:
+        return self.epilogue == "staged"
+
+    @property
+    def width_step(self) -> int:
+        """Tile widths come in steps of this many columns: the staged epilogue TMA-stores whole 32-column
+        sub-tiles and takes its `epi_stages` buffers in turn, so a narrow tile must end on a whole round of
+        them; the register epilogue's WGMMA and stores could go in steps of 8, the tensor cores in 16 (WIDTH_STEP)."""
+        return EPI_N * self.epi_stages if self.staged else WIDTH_STEP
 
     @property
     def segments(self) -> int:
@@ -346,16 +358,11 @@ class HopperGemm:
         acc = cute.make_rmem_tensor(wg_slice.partition_shape_C((TILE_M, cfg.tile_n)), cutlass.Float32)
 
         if cutlass.const_expr(has_narrow):
-            # The first narrow_n rows of each B slot, as an (narrow_n, 64, stages) view of the same smem.
-            sB_narrow = cute.make_tensor(
-                sB.iterator,
-                cute.composition(sB.layout, cute.make_layout(
-                    (cfg.narrow_n, TILE_K, cfg.stages), stride=(1, cfg.tile_n, cfg.tile_n * TILE_K))))
-            nw_slice = narrow_mma.get_slice((ctidx // 128) * 128)
-            tNrA = narrow_mma.make_fragment_A(nw_slice.partition_A(sA))
-            tNrB = narrow_mma.make_fragment_B(nw_slice.partition_B(sB_narrow))
-            acc_narrow_shape = nw_slice.partition_shape_C((TILE_M, cfg.narrow_n))
-            # A prefix of the wide accumulator's registers (column groups are the outermost value mode).
+            # The narrow WGMMA reads the same operands: its shared-memory descriptors (start, the stride between
+            # 64-column swizzle blocks, the stride between 8-row K groups) are the wide ones', and its smaller
+            # N just makes it read the first narrow_n columns of B, whole swizzle blocks or not. Its result is
+            # a prefix of the wide accumulator's registers (column groups are the outermost value mode).
+            acc_narrow_shape = narrow_mma.get_slice((ctidx // 128) * 128).partition_shape_C((TILE_M, cfg.narrow_n))
             acc_narrow = cute.make_tensor(acc.iterator, cute.make_layout(acc_narrow_shape))
 
         if cutlass.const_expr(self.staged):
@@ -398,7 +405,7 @@ class HopperGemm:
                     if cutlass.const_expr(has_narrow):
                         narrow_mma.set(warpgroup.Field.ACCUMULATE, True)
                         if is_narrow:
-                            read, release = self.mainloop(narrow_mma, acc_narrow, tNrA, tNrB, ring, read, release,
+                            read, release = self.mainloop(narrow_mma, acc_narrow, tCrA, tCrB, ring, read, release,
                                                           k_count, pending)
                         else:
                             read, release = self.mainloop(tiled_mma, acc, tCrA, tCrB, ring, read, release, k_count,
@@ -682,11 +689,12 @@ class HopperGemm:
 
     @cute.jit
     def store_words(self, tiled_mma, words, mC, m0, n0, width, ctidx, groups=None):
-        """The quad transpose and one 16-byte store per (32 columns, row half); only the first `width` columns,
-        only inside C. `groups`: which 32-column groups (default all)."""
+        """The quad transpose and one 16-byte store per (32 columns, row half); only the first `width` columns
+        (a multiple of 8: one lane's store), only inside C. `groups`: which 32-column groups (default all)."""
         cfg = self.cfg
         M, N = mC.shape
         ldc = mC.stride[0]
+        col_end = cutlass.min(N, n0 + width)       # this item's last column + 1, inside C
         q = ctidx % 4
         # The (row, col) of this thread's value (0, h, g) comes from the MMA's own partition of the tile.
         coords = tiled_mma.get_slice(ctidx).partition_C(cute.make_identity_tensor((TILE_M, cfg.tile_n)))
@@ -698,7 +706,7 @@ class HopperGemm:
                     row_in_tile, col0 = coords[(0, h, 4 * j), 0, 0]
                     row = m0 + row_in_tile
                     col = n0 + (col0 - 2 * q) + 8 * q        # first column of group 4j + q
-                    if row < M and col < N:
+                    if row < M and col < col_end:
                         for t in cutlass.range_constexpr(4):
                             out[t] = w[t]
                         ptr = mC.iterator + (cutlass.Int64(row) * ldc + col)
@@ -732,12 +740,13 @@ DEFAULT_CLUSTER_M = 2 # measured best overall on H200 (notes/perf-log.md, "GEMM 
 STAGED_BUFFERS = 2    # staged epilogue: (128 x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
 
 
-def narrow_widths(tile_n: int) -> tuple[int, ...]:
-    """Widths the balanced schedule may use beside `tile_n` (the planner's g*W/(g+1) rule), restricted to
-    multiples of B_ATOM_N: the narrow WGMMA reads a prefix of the wide B slot, and the N-major 128-byte
-    swizzle lays B out in 64-column blocks, so a prefix must be whole blocks. Widest first."""
+def narrow_widths(tile_n: int, epilogue: str = "register") -> tuple[int, ...]:
+    """Widths the balanced schedule may use beside `tile_n` with `epilogue` (the planner's g*W/(g+1) rule),
+    in that epilogue's steps (`Config.width_step`: 16 columns for the register epilogue, 64 for the staged
+    one). Widest first: for 256, (240, 224, 192, 128) and (192, 128)."""
     from gemm_kernels import waves
-    return waves.narrow_widths(tile_n, multiple_of=B_ATOM_N)
+    return waves.narrow_widths(tile_n, multiple_of=Config(tile_n=tile_n, epilogue=epilogue,
+                                                          epi_stages=STAGED_BUFFERS).width_step)
 
 
 def _stage_budget(tile, epilogue: str, depth: int | None = None):
@@ -775,26 +784,42 @@ def check_shape(M: int, N: int, K: int):
                          f"and b [K, N] to start on 16-byte boundaries")
 
 
-def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: int = 1):
+def plan_for(M: int, N: int, tile_n: int, schedule: str, gpu=None, cluster_m: int = 1, epilogue: str = "register",
+             narrow_ns=None):
     """The planner's work list for this GEMM: uniform tiles, or balanced so the last wave fills the GPU.
-    With clusters an item is a cluster's tile (cluster_m x 128 rows) and a slot is a cluster."""
+    With clusters an item is a cluster's tile (cluster_m x 128 rows) and a slot is a cluster. narrow_ns: the
+    narrow widths the balanced plan may choose from (default: every one of `narrow_widths(tile_n, epilogue)`)."""
     from gemm_kernels import waves
     from workbook import gpus
     gpu = gpu or gpus.current() or gpus.H200
-    return waves.plan(M, N, gpu=gpu, tile_m=TILE_M * cluster_m, tile_ns=(tile_n, *narrow_widths(tile_n)),
+    narrow_ns = _check_narrow(narrow_ns, tile_n, epilogue)
+    return waves.plan(M, N, gpu=gpu, tile_m=TILE_M * cluster_m, tile_ns=(tile_n, *narrow_ns),
                       balanced=schedule == "balanced", schedule="static", ctas_per_item=cluster_m)
+
+
+def _check_narrow(narrow_ns, tile_n: int, epilogue: str) -> tuple[int, ...]:
+    """The narrow widths to offer the planner, widest first: all this tile and epilogue allow, or a subset."""
+    allowed = narrow_widths(tile_n, epilogue)
+    if narrow_ns is None:
+        return allowed
+    chosen = tuple(sorted({int(w) for w in narrow_ns}, reverse=True))
+    wrong = [w for w in chosen if w not in allowed]
+    if wrong:
+        raise ValueError(f"narrow widths {wrong} are not available for {tile_n}-wide tiles with the {epilogue} "
+                         f"epilogue; choose from {allowed}")
+    return chosen
 
 
 def config_for(M: int, N: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
                cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool | None = None,
-               stream_k: bool = False, gpu=None):
+               stream_k: bool = False, narrow_ns=None, gpu=None):
     """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
     _check_options(epilogue, schedule)
     tile = _check_tile(tile)
     defer_epilogue = _deferred(epilogue, defer_epilogue)
     if cluster_m not in (1, 2):
         raise ValueError(f"cluster_m must be 1 or 2, got {cluster_m!r}")
-    plan = plan_for(M, N, tile[1], schedule, gpu, cluster_m)
+    plan = plan_for(M, N, tile[1], schedule, gpu, cluster_m, epilogue, narrow_ns)
     if stages is not None:
         _stage_budget(tile, epilogue, depth=stages)   # ValueError when that many do not fit
     cfg = Config(tile_n=tile[1], narrow_n=plan.narrow, epilogue=epilogue, epi_stages=STAGED_BUFFERS,
@@ -811,7 +836,8 @@ def _deferred(epilogue: str, defer_epilogue: bool | None) -> bool:
 
 def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="register", schedule="balanced",
                  cluster_m: int = DEFAULT_CLUSTER_M, dynamic: bool = True, defer_epilogue: bool | None = None,
-                 stream_k: bool = False, variant: dict | None = None, arch: str = ARCH, dump_dir=None):
+                 stream_k: bool = False, narrow_ns=None, variant: dict | None = None, arch: str = ARCH,
+                 dump_dir=None):
     """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
     (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
     if arch != ARCH:
@@ -820,7 +846,7 @@ def compile_gemm(M: int, N: int, K: int, *, tile=None, stages=None, epilogue="re
     from workbook import gpus, sass
     cfg, _ = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                         cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k,
-                        gpu=gpus.H200)
+                        narrow_ns=narrow_ns, gpu=gpus.H200)
     cfg = replace(cfg, **dict(variant or ()))
     return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cluster_m,
                                                     make_fake_stream()), arch=arch, dump_dir=dump_dir)
@@ -940,7 +966,7 @@ class _Call:
 @functools.lru_cache(maxsize=64)
 def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str, cluster_m: int, band_rows: int,
              device: int, persistent: bool, dynamic: bool, defer_epilogue: bool, stream_k: bool,
-             variant: tuple = ()) -> _Call:
+             narrow_ns: tuple | None = None, variant: tuple = ()) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape and options
     (planning is Python, milliseconds; the compile is seconds): a call then only reads this back. Reach it
     through `_call_for`, which passes every option in one form, so equal options share one cache entry.
@@ -951,7 +977,8 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
     cfg, plan = config_for(M, N, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
-                           cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k)
+                           cluster_m=cluster_m, dynamic=dynamic, defer_epilogue=defer_epilogue, stream_k=stream_k,
+                           narrow_ns=narrow_ns)
     cfg = replace(cfg, **dict(variant))
     rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
@@ -963,13 +990,14 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
               schedule: str = "balanced", cluster_m: int = DEFAULT_CLUSTER_M, band_rows: int | None = None,
               persistent: bool = True, dynamic: bool = True, defer_epilogue: bool | None = None,
-              stream_k: bool = False, variant: dict | None = None) -> _Call:
+              stream_k: bool = False, narrow_ns=None, variant: dict | None = None) -> _Call:
     """`_prepare` with `gemm`'s keyword options, each given in one canonical form (so equal options share
     one cached _Call)."""
     return _prepare(M, N, K, None if tile is None else tuple(tile), stages, epilogue, schedule, cluster_m,
                     band_rows_for(K) if band_rows is None else band_rows, device, persistent, dynamic,
-                    _deferred(epilogue, defer_epilogue),
-                    stream_k, tuple(sorted((variant or {}).items())))
+                    _deferred(epilogue, defer_epilogue), stream_k,
+                    None if narrow_ns is None else tuple(sorted(set(narrow_ns), reverse=True)),
+                    tuple(sorted((variant or {}).items())))
 
 
 def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int,
@@ -1008,12 +1036,14 @@ def _check_operand(name: str, t) -> None:
 def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: str = "register",
          schedule: str = "balanced", out: torch.Tensor | None = None, cluster_m: int = DEFAULT_CLUSTER_M,
          band_rows: int | None = None, persistent: bool = True, dynamic: bool = True,
-         defer_epilogue: bool | None = None, stream_k: bool = False) -> torch.Tensor:
+         defer_epilogue: bool | None = None, stream_k: bool = False, narrow_ns=None) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given).
 
     tile: (128, tile_n, 64), default (128, 256, 64). stages: ring depth, default the most that fit
     (gemm_kernels.stages). epilogue: "register" or "staged". schedule: "balanced" or "uniform".
+    narrow_ns: the narrow widths the balanced plan may choose from, default all that `narrow_widths(tile_n,
+    epilogue)` lists (for 256 and the register epilogue: 240, 224, 192, 128).
     cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
     band_rows: the L2 raster of the work list (`banded`), default `band_rows_for(K)`; 1 keeps the planner's
     row-major order.
@@ -1029,7 +1059,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, tile=None, stages=None, epilogue: 
     M, N, K, device = _operands(a, b)
     call = _call_for(M, N, K, device, tile=tile, stages=stages, epilogue=epilogue, schedule=schedule,
                      cluster_m=cluster_m, band_rows=band_rows, persistent=persistent, dynamic=dynamic,
-                     defer_epilogue=defer_epilogue, stream_k=stream_k)
+                     defer_epilogue=defer_epilogue, stream_k=stream_k, narrow_ns=narrow_ns)
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     else:
@@ -1067,7 +1097,8 @@ def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, st
 def timeline(a: torch.Tensor, b: torch.Tensor, *, variant: dict | None = None, **options):
     """Run `gemm(a, b, **options)` once in a build that stamps the global nanosecond timer as each CTA runs
     (Config.trace; a separate compile, the timed kernel carries none of it). Returns (c, frame): the
-    `trace_frame` of that launch, one row per segment a CTA ran. `variant`: extra Config fields to trace."""
+    `trace_frame` of that launch, one row per segment a CTA ran, with the `width` of its work-list row.
+    `variant`: extra Config fields to trace."""
     M, N, K, device = _operands(a, b)
     call = _call_for(M, N, K, device, variant={**(variant or {}), "trace": True}, **options)
     out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
@@ -1076,7 +1107,9 @@ def timeline(a: torch.Tensor, b: torch.Tensor, *, variant: dict | None = None, *
     trace.fill_(-1)                      # a stamp never written reads -1, not an old launch's value
     _launch(call, a, b, out, stream)
     torch.cuda.synchronize(device)
-    return out, trace_frame(trace.cpu().numpy(), call.cfg.cluster_m)
+    frame = trace_frame(trace.cpu().numpy(), call.cfg.cluster_m)
+    frame.insert(frame.columns.get_loc("row") + 1, "width", call.work[:, 2].cpu().numpy()[frame.row.to_numpy()])
+    return out, frame
 
 
 def trace_frame(trace, cluster_m: int):

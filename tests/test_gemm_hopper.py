@@ -161,12 +161,24 @@ def test_quad_transpose_moves_each_lanes_column_to_it(monkeypatch):
 
 
 def test_narrow_widths_follow_the_planner_rule():
-    for wide in (256, 128):
-        for w in hopper.narrow_widths(wide):
-            g = w // (wide - w)
-            assert w * (g + 1) == g * wide and w % 64 == 0
-    assert hopper.narrow_widths(256) == (192, 128)
-    assert hopper.narrow_widths(128) == (64,)
+    # the register epilogue stores 8 columns per lane; the staged one whole pairs of 32-column sub-tiles
+    for epilogue, step in (("register", 16), ("staged", 64)):
+        for wide in (256, 128):
+            for w in hopper.narrow_widths(wide, epilogue):
+                g = w // (wide - w)
+                assert w * (g + 1) == g * wide and w % step == 0
+    assert hopper.narrow_widths(256) == (240, 224, 192, 128)
+    assert hopper.narrow_widths(256, "staged") == (192, 128)
+    assert hopper.narrow_widths(128) == (112, 96, 64)
+
+
+def test_narrow_ns_limits_the_planners_choice():
+    assert hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200).narrow == 240
+    assert hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200, narrow_ns=(192, 128)).narrow == 192
+    assert hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200, epilogue="staged").narrow == 192
+    # 4096^2 on 66 pairs: 256 tiles, 3.88 waves; only 240-wide tiles can shorten it (4 -> 3.94 rows a pair)
+    assert hopper.plan_for(4096, 4096, 256, "balanced", gpus.H200, cluster_m=2).narrow == 240
+    assert hopper.plan_for(4096, 4096, 256, "balanced", gpus.H200, cluster_m=2, narrow_ns=(192, 128)).narrow is None
 
 
 def test_work_list_covers_the_output_once():
@@ -181,7 +193,7 @@ def test_work_list_covers_the_output_once():
 
 
 def test_banded_order_is_a_permutation_that_keeps_the_narrow_tail():
-    plan = hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200)
+    plan = hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200, narrow_ns=(192,))
     items = list(plan.items)
     assert hopper.banded(items, 1) == items                     # one row per band: the planner's order
     order = hopper.banded(items, 8)
@@ -208,6 +220,8 @@ def test_banded_order_is_a_permutation_that_keeps_the_narrow_tail():
     (128, 128, 128, dict(tile=(128, 256, 64), stages=5), "do not fit"),
     (128, 128, 128, dict(arch="sm_100a"), "sm_90a"),
     (128, 128, 128, dict(cluster_m=4), "cluster_m"),
+    (128, 128, 128, dict(narrow_ns=(200,)), "not available"),
+    (128, 128, 128, dict(epilogue="staged", narrow_ns=(224,)), "not available"),
 ])
 def test_compile_gemm_rejects_bad_requests(M, N, K, kw, match):
     with pytest.raises(ValueError, match=match):
@@ -246,8 +260,10 @@ GPU_CONFIGS = {
 # contributing to one FINISH, while the other pairs still run ~100 us rows. Claimed like rows, the units
 # deadlocked (a pair's look-ahead claimed a unit its own FINISH was waiting for; a 16384^3 bench hung).
 STREAM_K_DEEP = (67 * 256, 256, 16384)
-# (M, N, K): tails in every dimension, a single tile, a shape whose balanced plan has narrow items.
-GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024), (2560, 7168, 256)]
+# (M, N, K): tails in every dimension, a single tile, shapes whose balanced plans have narrow items (192 wide;
+# 240 wide with M and N tails, with pairs or single CTAs).
+GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024), (2560, 7168, 256),
+              (4000, 4000, 264)]
 
 
 def fp32_reference(a, b):
@@ -276,7 +292,7 @@ def test_random_inputs_match_fp32_reference(config, M, N, K):
 @needs_cuda
 @needs_hopper
 @pytest.mark.parametrize("config", list(GPU_CONFIGS))
-@pytest.mark.parametrize("M,N,K", [(1000, 1032, 520), (2048, 5120, 512)])
+@pytest.mark.parametrize("M,N,K", [(1000, 1032, 520), (2048, 5120, 512), (4000, 4000, 264)])
 def test_small_integers_are_exact(config, M, N, K):
     # |a|, |b| <= 3 and K <= 520: every partial sum is an integer < 2^24, exact in fp32, so the only rounding
     # is the final one to bf16, which the reference does the same way.
@@ -284,6 +300,26 @@ def test_small_integers_are_exact(config, M, N, K):
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
     c = hopper.gemm(a, b, **GPU_CONFIGS[config])
     assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("cluster_m", [1, 2])
+@pytest.mark.parametrize("M,N,width", [(8152, 8184, 240), (8152, 8184, 224), (8152, 8184, 192),
+                                       (3000, 6000, 128)])
+def test_every_narrow_width_is_exact(M, N, width, cluster_m):
+    """Each width the register epilogue offers, forced: the narrow WGMMA reads the first `width` columns of the
+    wide B slot (not whole 64-column swizzle blocks for 240 and 224) and the stores stop at the item's edge,
+    so a narrow item must neither miss its own columns nor write over its right neighbour's."""
+    K = 264
+    plan = hopper.plan_for(M, N, 256, "balanced", cluster_m=cluster_m, narrow_ns=(width,))
+    assert plan.narrow == width, plan.describe()
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    hopper.gemm(a, b, out=out, cluster_m=cluster_m, narrow_ns=(width,))
+    assert torch.equal(out, fp32_reference(a, b).to(torch.bfloat16))
 
 
 @pytest.mark.gpu
@@ -542,4 +578,5 @@ def test_timeline_records_every_row_on_every_cta_of_its_cluster_in_order(M, N, K
     order = df[["entry", "start", "data", "mma_done", "stored", "exit"]].to_numpy()
     assert (order[:, 1:] >= order[:, :-1]).all(), "stamps out of order"
     assert (df.groupby("cta").start.diff().dropna() > 0).all()
+    assert (df.width.to_numpy() == call.work[:, 2].cpu().numpy()[df.row.to_numpy()]).all()
 

@@ -34,6 +34,10 @@ CONFIGS = {
     "static band16": dict(dynamic=False, band_rows=16),
     "nonpersistent band8": dict(persistent=False, band_rows=8),
     "nonpersistent band16": dict(persistent=False, band_rows=16),
+    # the balanced plan's narrow widths: 64-column steps (before session 6), 16-column steps, one width
+    "narrow64": dict(narrow_ns=(192, 128)),
+    "narrow16": dict(narrow_ns=(240, 224, 192, 128)),
+    "narrow240": dict(narrow_ns=(240,)),
     # kernel variants gemm() does not expose: both resolved once, launched the same way (`launched`)
     "launch default": dict(variant={}),
     "launch deferred": dict(defer_epilogue=True, variant={}),

@@ -13,7 +13,8 @@ import torch
 
 from gemm_kernels import hopper
 
-VARIANTS = {"default": {}, "plain": dict(defer_epilogue=False), "staged": dict(epilogue="staged")}
+VARIANTS = {"default": {}, "plain": dict(defer_epilogue=False), "staged": dict(epilogue="staged"),
+            "narrow64": dict(narrow_ns=(192, 128))}
 
 
 def summary(df):
@@ -33,6 +34,7 @@ def summary(df):
         "gap_us(med)": (df.start - df.groupby("cta").stored.shift(1))[df.seq > 0].median(),
         "last_stored_spread_us": per_cta.stored.max().max() - per_cta.stored.max().min(),
         "busy_frac": busy.sum() / (makespan * df.cta.nunique()),
+        **{f"kloop_us(med) w{w}": (g.mma_done - g.data).median() for w, g in df.groupby("width")},
     }
 
 
