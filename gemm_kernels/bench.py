@@ -5,9 +5,9 @@
     python -m gemm_kernels.bench --shapes 4096x4096x4096 --no-record
 
 Method (DESIGN.md): three independently seeded input sets rotated between calls, 10 warm-up calls, the
-median of 30 CUDA-event-timed calls, taken in three interleaved rounds with torch.matmul and every
-configuration rotating through them (`workbook.timing.bench_interleaved`: the GPU's clock drifts as it
-heats, and one-after-the-other timing hands that drift to whoever runs last); every input set is checked
+median of 30 CUDA-event-timed calls, with torch.matmul and every configuration taking turns call by call,
+the order rotating (`workbook.timing.bench_interleaved`: the GPU's clock drifts as it heats, and
+one-after-the-other timing hands that drift to whoever runs last); every input set is checked
 against an fp32 reference first (`match_rate` = the fraction of sets within the bf16 band, ||c - ref|| / ||ref|| < 1e-2).
 Rows go to data/measured/<gpu>/gemm.csv (`workbook.records`): kernel "ours" or "torch", variant = the
 configuration, M, N, K, TFLOP/s = 2MNK / median time. On a B200 the configurations are

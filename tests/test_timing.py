@@ -173,9 +173,9 @@ def test_interleaved_rounds_share_the_drift_between_identical_contenders():
     got = timing.bench_interleaved({n: gpu.contender(n) for n in names}, [(0,)], rounds=3, warmup=2, iters=9,
                                    clock=gpu.clock)
     assert all(len(t.samples) == 9 for t in got.values())
-    assert gpu.calls == 3 * 3 * (2 + 3)
-    # the order rotates: each name leads one round
-    leads = [gpu.order[i * 15] for i in range(3)]
+    assert gpu.calls == 3 * (2 + 9)            # the warm-up calls once, before each contender's first round
+    # the order rotates: each name leads one round (round 0 holds the warm-ups: 3 x (2 + 3) calls, then 3 x 3)
+    leads = [gpu.order[i] for i in (0, 15, 24)]
     assert leads == names
     spread = max(t.ms_median for t in got.values()) / min(t.ms_median for t in got.values())
     # the same three timed one after the other on a fresh chip: the last reads ~4x the first
@@ -183,6 +183,27 @@ def test_interleaved_rounds_share_the_drift_between_identical_contenders():
     sequential = [timing.bench(gpu.contender(n), [(0,)], warmup=2, iters=9, clock=gpu.clock).ms_median for n in names]
     assert sequential == sorted(sequential) and sequential[-1] / sequential[0] > 3
     assert spread < sequential[-1] / sequential[0] / 2, (spread, sequential)
+
+
+def test_interleaved_by_default_takes_turns_call_by_call_and_never_repeats_an_input_set():
+    seen = []
+    fns = {n: (lambda x, n=n: seen.append((n, x))) for n in ("a", "b")}
+    got = timing.bench_interleaved(fns, [(0,), (1,), (2,)], warmup=1, iters=4, clock=iter(range(10**6)).__next__)
+    assert all(len(t.samples) == 4 for t in got.values())
+    # a's warm-up and first call, b's warm-up and first call, then one call each, the leader alternating
+    assert [n for n, _ in seen] == ["a", "a", "b", "b", "b", "a", "a", "b", "b", "a"]
+    sets = [x for _, x in seen]
+    assert sets == [i % 3 for i in range(len(seen))]      # the rotation runs over all calls together
+    assert all(x != y for x, y in zip(sets, sets[1:]))
+
+
+def test_bench_offset_starts_the_input_set_rotation():
+    seen = []
+    timing.bench(lambda x: seen.append(x), [(0,), (1,), (2,)], warmup=1, iters=3, offset=2,
+                 clock=iter(range(100)).__next__)
+    assert seen == [2, 0, 1, 2]
+    with pytest.raises(ValueError, match="offset"):
+        timing.bench(lambda x: None, [(0,)], offset=-1, clock=iter(range(100)).__next__)
 
 
 def test_interleaved_needs_at_least_one_call_per_round():

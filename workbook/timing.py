@@ -64,8 +64,8 @@ def _check_count(name: str, value: Any, minimum: int) -> int:
 
 
 def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: int = 10, iters: int = 30,
-          *, clock: Callable[[], float] | None = None) -> Timing:
-    """Time `fn(*input_sets[i % len(input_sets)])`, call i = 0, 1, 2, ... (warm-up calls first).
+          *, clock: Callable[[], float] | None = None, offset: int = 0) -> Timing:
+    """Time `fn(*input_sets[(offset + i) % len(input_sets)])`, call i = 0, 1, 2, ... (warm-up calls first).
 
     `input_sets` is a sequence of argument tuples. If any argument is a CUDA tensor the calls are
     timed with CUDA events on the current stream; otherwise with `clock` (seconds, default
@@ -81,6 +81,7 @@ def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: i
                              f"wrap a single argument as (arg,)")
     _check_count("warmup", warmup, 0)
     _check_count("iters", iters, 1)
+    _check_count("offset", offset, 0)
 
     on_gpu = any(_has_cuda_tensor(args) for args in input_sets)
     if on_gpu and clock is not None:
@@ -88,7 +89,7 @@ def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: i
 
     n = len(input_sets)
     for i in range(warmup):
-        fn(*input_sets[i % n])
+        fn(*input_sets[(offset + i) % n])
 
     samples: list[float] = []
     if on_gpu:
@@ -97,7 +98,7 @@ def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: i
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            fn(*input_sets[i % n])
+            fn(*input_sets[(offset + i) % n])
             end.record()
             end.synchronize()
             samples.append(start.elapsed_time(end))
@@ -105,7 +106,7 @@ def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: i
         now = clock or time.perf_counter
         for i in range(warmup, warmup + iters):
             t0 = now()
-            fn(*input_sets[i % n])
+            fn(*input_sets[(offset + i) % n])
             samples.append((now() - t0) * 1e3)
         if any(s < 0 for s in samples):
             raise ValueError("the clock went backwards; pass a monotonic clock")
@@ -136,26 +137,36 @@ def back_to_back(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], ca
     return start.elapsed_time(end) / calls, host_ms
 
 
-def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequence[Sequence[Any]], rounds: int = 3,
-                      warmup: int = 10, iters: int = 30, *, clock: Callable[[], float] | None = None
-                      ) -> dict[str, Timing]:
-    """`bench` for several contenders at once, in `rounds` interleaved blocks: {name: Timing of `iters` calls}.
+def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequence[Sequence[Any]],
+                      rounds: int | None = None, warmup: int = 10, iters: int = 30, *,
+                      clock: Callable[[], float] | None = None) -> dict[str, Timing]:
+    """`bench` for several contenders at once, interleaved: {name: Timing of `iters` calls}.
 
     A GPU's clock drifts while it works (power and temperature limits): timed one after the other, whoever
     comes first runs on the coolest chip. On the H200 the *same* kernel timed twice in a row, 40 calls of
-    ~4 ms apart, read 3.68 and 4.15 ms (data/measured/h200/kmeans_assign.csv, the rows of commit c3fd2f6). Here every
-    contender gets `iters / rounds` timed calls per round, each block after its own `warmup` calls, and the
-    order rotates from round to round, so the drift is shared out instead of handed to the last in line.
+    ~4 ms apart, read 3.68 and 4.15 ms (data/measured/h200/kmeans_assign.csv, the rows of commit c3fd2f6), and
+    one torch.matmul at 4096^3 read 0.175 and 0.205 ms in two rounds a minute apart
+    (data/measured/h200/probes/gemm_narrow_rounds.csv). So every contender first gets its `warmup` calls, then
+    the timed calls go in `rounds` rounds (default `iters`: one call of each contender per round), the order
+    rotating from round to round, each call timed on its own as `bench` times it. The drift is shared out
+    instead of handed to the last in line; with one call per round, contenders that take turns call by call
+    see the same chip. The input sets rotate over all calls of all contenders together, so no call finds the
+    previous call's inputs (the same tensors for every contender) still in L2.
     """
+    rounds = iters if rounds is None else rounds
     _check_count("rounds", rounds, 1)
     _check_count("iters", iters, rounds)
+    _check_count("warmup", warmup, 0)
     names = list(fns)
+    calls = 0                                # calls so far, all contenders: where the input-set rotation stands
     samples: dict[str, list[float]] = {name: [] for name in names}
     clocks: dict[str, str] = {}
     for r in range(rounds):
         block = iters // rounds + (1 if r < iters % rounds else 0)
         for name in names[r % len(names):] + names[:r % len(names)]:
-            t = bench(fns[name], input_sets, warmup=warmup, iters=block, clock=clock)
+            first = warmup if r == 0 else 0
+            t = bench(fns[name], input_sets, warmup=first, iters=block, clock=clock, offset=calls)
+            calls += first + block
             samples[name].extend(t.samples)
             clocks[name] = t.clock
     return {name: Timing(ms_min=min(v), ms_median=statistics.median(v), ms_max=max(v), samples=tuple(v),

@@ -327,11 +327,14 @@ print(f"one after the other, auto read {100 * (same['auto'] / same['norm_broadca
       f"torch.matmul at 4096^3 moved {100 * (max(torch_rounds) / min(torch_rounds) - 1):.0f} % between rounds")
 
 # %% [markdown]
-# So both benchmarks now time their contenders in three interleaved rounds with the order rotating
-# (`timing.bench_interleaved`): each still gets 10 warm-up calls and 30 timed calls by the seeds' method, but the
-# drift is shared out instead of charged to whoever comes last. It does not remove the noise between runs; that is
-# why every ratio the workbook reports compares contenders from *one* run, and why the same shape can read a few
-# percent differently in two runs of the same day.
+# So both benchmarks time their contenders interleaved (`timing.bench_interleaved`): each still gets 10 warm-up
+# calls and 30 timed calls by the seeds' method, but the contenders take turns, and the drift is shared out
+# instead of charged to whoever comes last. Until session 6 of the GEMM work the turns were three rounds of 10
+# calls; the clock can move 15 % within a minute (torch.matmul at 4096³ read 0.175 and 0.205 ms two rounds apart,
+# `probes/gemm_narrow_rounds.csv`), so now the contenders take turns **call by call**, the order rotating, and the
+# three input sets rotate over all calls together so that no call finds its inputs left in L2 by the call before.
+# It does not remove the noise between runs; that is why every ratio the workbook reports compares contenders
+# from *one* run, and why the same shape can read a few percent differently in two runs of the same day.
 
 # %% [markdown]
 # ## What's next
