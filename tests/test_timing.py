@@ -171,7 +171,7 @@ def test_interleaved_rounds_share_the_drift_between_identical_contenders():
     gpu = DriftingGpu()
     names = ["first", "second", "third"]
     got = timing.bench_interleaved({n: gpu.contender(n) for n in names}, [(0,)], rounds=3, warmup=2, iters=9,
-                                   clock=gpu.clock)
+                                   settle=0, clock=gpu.clock)
     assert all(len(t.samples) == 9 for t in got.values())
     assert gpu.calls == 3 * (2 + 9)            # the warm-up calls once, before each contender's first round
     # the order rotates: each name leads one round (round 0 holds the warm-ups: 3 x (2 + 3) calls, then 3 x 3)
@@ -190,8 +190,9 @@ def test_interleaved_by_default_takes_turns_call_by_call_and_never_repeats_an_in
     fns = {n: (lambda x, n=n: seen.append((n, x))) for n in ("a", "b")}
     got = timing.bench_interleaved(fns, [(0,), (1,), (2,)], warmup=1, iters=4, clock=iter(range(10**6)).__next__)
     assert all(len(t.samples) == 4 for t in got.values())
-    # a's warm-up and first call, b's warm-up and first call, then one call each, the leader alternating
-    assert [n for n, _ in seen] == ["a", "a", "b", "b", "b", "a", "a", "b", "b", "a"]
+    # a's warm-up and first call, b's warm-up and first call, then turns of one settling and one timed call
+    # each, the leader alternating: a timed call always follows a call of its own contender
+    assert [n for n, _ in seen] == ["a", "a", "b", "b"] + ["b", "b", "a", "a"] + ["a", "a", "b", "b"] + ["b", "b", "a", "a"]
     sets = [x for _, x in seen]
     assert sets == [i % 3 for i in range(len(seen))]      # the rotation runs over all calls together
     assert all(x != y for x, y in zip(sets, sets[1:]))

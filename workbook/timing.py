@@ -138,7 +138,7 @@ def back_to_back(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], ca
 
 
 def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequence[Sequence[Any]],
-                      rounds: int | None = None, warmup: int = 10, iters: int = 30, *,
+                      rounds: int | None = None, warmup: int = 10, iters: int = 30, *, settle: int = 1,
                       clock: Callable[[], float] | None = None) -> dict[str, Timing]:
     """`bench` for several contenders at once, interleaved: {name: Timing of `iters` calls}.
 
@@ -152,11 +152,16 @@ def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequenc
     instead of handed to the last in line; with one call per round, contenders that take turns call by call
     see the same chip. The input sets rotate over all calls of all contenders together, so no call finds the
     previous call's inputs (the same tensors for every contender) still in L2.
+
+    Every later turn starts with `settle` untimed calls, so a timed call follows a call of its own contender:
+    on the H200 a torch.matmul launched right after a CUDA-graph launch of ours read 3-13 % slower than one
+    after its own call (data/measured/h200/probes/gemm_turns.csv), a cost of taking turns, not of either kernel.
     """
     rounds = iters if rounds is None else rounds
     _check_count("rounds", rounds, 1)
     _check_count("iters", iters, rounds)
     _check_count("warmup", warmup, 0)
+    _check_count("settle", settle, 0)
     names = list(fns)
     calls = 0                                # calls so far, all contenders: where the input-set rotation stands
     samples: dict[str, list[float]] = {name: [] for name in names}
@@ -164,7 +169,7 @@ def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequenc
     for r in range(rounds):
         block = iters // rounds + (1 if r < iters % rounds else 0)
         for name in names[r % len(names):] + names[:r % len(names)]:
-            first = warmup if r == 0 else 0
+            first = warmup if r == 0 else settle
             t = bench(fns[name], input_sets, warmup=first, iters=block, clock=clock, offset=calls)
             calls += first + block
             samples[name].extend(t.samples)
