@@ -30,8 +30,9 @@ multicasts it to both, which halves B's traffic from L2. The kernel handles two 
     change; a narrow item just ignores the columns it does not own (they are real data or TMA's zero fill);
   * the consumers issue a narrower WGMMA (a second TiledMma, compile-time N = narrow width) over the first
     `width` rows of the B slot, into the first registers of the same accumulator (the WGMMA register layout
-    puts the N/8 column groups outermost, so a narrow accumulator is a prefix of the wide one); the N-major
-    B slot is laid out in 64-column swizzle blocks, so narrow widths are multiples of 64 (192, 128 for 256);
+    puts the N/8 column groups outermost, so a narrow accumulator is a prefix of the wide one); it reads the
+    wide slot through the wide operand descriptors, so its width need not be whole 64-column swizzle blocks:
+    with the register epilogue, narrow widths go in steps of 16 (240, 224, 192, 128 for 256; `WIDTH_STEP`);
   * the epilogue writes only the first `width` columns.
 So one compiled kernel serves both widths; the branch is warp-uniform and sits outside the WGMMA issue.
 
@@ -80,8 +81,9 @@ TILE_K = 64           # 64 bf16 = 128 bytes: one 128-byte swizzle row of the K-m
 EPI_N = 32            # staged epilogue sub-tile: 128 x 32 bf16 = 8 KiB per buffer
 B_ATOM_N = 64         # N-major B in smem: 128-byte swizzle atoms of 64 bf16 columns
 # Register epilogue: tile widths in steps of 16 columns. WGMMA's N and one lane's 16-byte store go in steps of 8,
-# but on the H200 an N=248 K loop took as long as an N=256 one, while N=240 took 0.95 of it (notes/perf-log.md,
-# session 6): the tensor cores work in 16-column steps, so an 8-column step buys nothing and costs an item.
+# but on the H200 a 248-wide row's K loop took as long as a 256-wide one's, while a 240-wide row took 0.95 of it
+# (notes/perf-log.md, session 6; either the tensor cores step through N 16 columns at a time, or 16 columns =
+# 32 bytes, one L2 sector, keeps neighbouring items from sharing sectors): an 8-column step only adds items.
 WIDTH_STEP = 16
 EPILOGUES = ("staged", "register")
 SCHEDULES = ("uniform", "balanced")
@@ -143,7 +145,7 @@ class Config:
     def width_step(self) -> int:
         """Tile widths come in steps of this many columns: the staged epilogue TMA-stores whole 32-column
         sub-tiles and takes its `epi_stages` buffers in turn, so a narrow tile must end on a whole round of
-        them; the register epilogue's WGMMA and stores could go in steps of 8, the tensor cores in 16 (WIDTH_STEP)."""
+        them; the register epilogue's WGMMA and stores could go in steps of 8, but 16 is what pays (WIDTH_STEP)."""
         return EPI_N * self.epi_stages if self.staged else WIDTH_STEP
 
     @property

@@ -17,7 +17,9 @@
 #   clock, and how handing out tiles dynamically and in L2-sized bands wins that back (section 5);
 # * stream-K and a deferred epilogue for the last percent at 4096³, and why neither paid at first (section 6);
 # * how a timeline of every CTA, stamped by the kernel itself, found what the epilogue really cost, and what
-#   deferring it properly moved (section 7).
+#   deferring it properly moved (section 7);
+# * why 4096³ could not be balanced with tiles in 64-column steps, how 240-wide tiles do it, why 248-wide ones
+#   do not pay, and how a fairer turn order in the benchmark stopped handicapping cuBLAS (section 8).
 #
 # **What runs where.** Everything in sections 1 and 2 is arithmetic and runs on any CPU: the plans are
 # *computed*, with one modelling assumption, stated where it is used. Section 3 puts measurements next to
@@ -538,10 +540,10 @@ display(summary)
 
 # %%
 PLAIN_DEFAULT = "128x256x64 s4 register balanced cluster2"    # gemm()'s default before session 5
-SESSION_5 = {"81a3001", "78d89e8"}                              # commits whose default defers the epilogue
+DEFERRED = {"81a3001", "78d89e8", "41feef5", "808db20"}        # commits whose default defers the epilogue
 both = pd.concat([records.read("h200", "gemm").assign(table="bench"),
                   records.read("h200", "gemm_sweep").assign(table="sweep")])
-default_then = both.commit.map(lambda c: gemm_bench.DEFAULT_VARIANT if c in SESSION_5 else PLAIN_DEFAULT)
+default_then = both.commit.map(lambda c: gemm_bench.DEFAULT_VARIANT if c in DEFERRED else PLAIN_DEFAULT)
 both = both[(both.kernel == "torch") | (both.variant == default_then)]
 runs = both.pivot_table(index=["M", "N", "K", "commit", "table"], columns="kernel", values="ms_median",
                         aggfunc="last").dropna()
@@ -855,7 +857,158 @@ print(f"data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}, com
 # launch, 169 µs is K loop at the tensor pipe's peak for the clock. About 5 µs is fixed cost: ~2 µs from launch
 # to the first K-block, ~0.35 µs between rows, and ~1.5 µs to store the last row's C. The rest is the clock the
 # 690 W cap allows. Two attempts at the fixed cost measured nothing: claiming rows earlier, and passing the work
-# row through shared memory (`notes/perf-log.md`, session 5).
+# row through shared memory (`notes/perf-log.md`, session 5). The timeline also shows a bigger item that section 1
+# already named: 16 of the 132 CTAs run only three rows and then wait ~42 µs. Section 8 removes that wait.
+
+# %% [markdown]
+# ## 8. Balancing 4096³ after all: narrow tiles in 16-column steps
+#
+# With CTA pairs, 4096³ is 256 items of 256 × 256 on 66 pairs: 3.88 waves, so every pair runs four rows and 8
+# pairs idle through the fourth. For the launch to end sooner, *every* pair must get a narrow item, and a pair's
+# four widths must add up to between 993 columns (the average, 16 × 4096 / 66) and 1023. Until session 6 the
+# kernel allowed narrow widths in 64-column steps only, and sums of those are 960 or 1024, never in between; so
+# the planner, rightly, kept the uniform plan. Three wide rows and one of 240 make 1008:
+
+# %%
+for narrow_ns, label in (((192, 128), "64-column steps (until session 6)"), (None, "16-column steps (now)  ")):
+    p = hopper.plan_for(4096, 4096, 256, "balanced", gpus.H200, cluster_m=2, narrow_ns=narrow_ns)
+    print(f"{label}: {p.describe()}")
+u, b, fig = before_after(4096, 4096, last_waves=2, slot_label="CTA pair", **H200_2CTA)
+plt.show()
+
+# %% [markdown]
+# Why 64-column steps? The N-major B tile sits in shared memory in 64-column swizzle blocks, and the narrow
+# WGMMA read B through a view of the first `narrow_n` columns, which had to be whole blocks. But a WGMMA never
+# sees a "view": it gets shared-memory descriptors (a start address, the stride between 64-column blocks, the
+# stride between 8-row K groups), and those are the same whatever its N. So the narrow WGMMA now takes the wide
+# operand fragments as they are, and its smaller N makes it read the first 240 columns, three blocks and three
+# quarters:
+
+# %%
+src = inspect.getsource(hopper.HopperGemm.consume)
+print(src[src.index("        if cutlass.const_expr(has_narrow):"):src.index("        if cutlass.const_expr(self.staged):")])
+src = inspect.getsource(hopper.HopperGemm.store_words)
+print("    ...\n" + "\n".join(line for line in src.splitlines() if "col_end" in line))
+
+# %% [markdown]
+# The stores stop at the item's own right edge, one compare per 16-byte store as before (it used to compare
+# with N). The staged epilogue keeps 64-column steps: it TMA-stores whole 32-column sub-tiles, two buffers in
+# turn. `gemm(..., narrow_ns=(192, 128))` still asks for the old choice. A GPU test checks every width exactly,
+# on shapes with M and N tails (`test_every_narrow_width_is_exact`).
+#
+# **Why 16 and not 8?** WGMMA's N goes in steps of 8, and so does a lane's 16-byte store, so the first build
+# allowed 248 too, and at 8192³ the planner took it (1024 of 1056 items 248 wide; the model said +3.0 %). The
+# launch got 3.5 % *slower*. The timeline (section 7's traced build, two launches of each build) shows why: the
+# K loop of a narrow row against that of a 256-wide row of the 64-column-step launch at the same shape (steady
+# rows: a build's own wide rows are its first rows at 8192³, which start cold), next to the model's
+# "proportional to width":
+
+# %%
+STEP8 = PROBES / "gemm_timeline_step8"
+rows = []
+for shape, variant in (("4096x4096x4096", "default"), ("4096x4096x4096", "narrow64"), ("8192x8192x8192", "default"),
+                       ("8192x8192x8192", "narrow64")):
+    frame = pd.read_csv(STEP8 / f"gemm_timeline_{shape}_{variant}.csv")
+    kloop = (frame.mma_done - frame.data).groupby(frame.width).median()
+    for width, us in kloop.items():
+        rows.append(dict(shape=shape, build=variant, width=width, kloop_us=us, model=width / 256))
+kloops = pd.DataFrame(rows)
+steady_256 = kloops[(kloops.build == "narrow64") & (kloops.width == 256)].set_index("shape").kloop_us
+kloops["vs_256"] = kloops.kloop_us / kloops["shape"].map(steady_256)
+narrow_rows = kloops[kloops.width < 256].drop_duplicates("width").sort_values("width")
+fig, ax = plt.subplots(figsize=(7, 3.2), layout="constrained")
+x = range(len(narrow_rows))
+ax.bar([i - 0.2 for i in x], narrow_rows.model, width=0.4, color=plots.IDLE, label="model: width / 256")
+ax.bar([i + 0.2 for i in x], narrow_rows.vs_256, width=0.4, color=plots.GAIN, label="measured: K loop / a 256-wide row's")
+ax.set_xticks(list(x), [f"N = {w}\n({s.split('x')[0]}³)" for w, s in zip(narrow_rows.width, narrow_rows["shape"])])
+ax.set_ylim(0.6, 1.2)
+ax.axhline(1.0, color="k", lw=0.8)
+for i, (m, v) in enumerate(zip(narrow_rows.model, narrow_rows.vs_256)):
+    ax.annotate(f"{v:.3f}", (i + 0.2, v), xytext=(0, 2), textcoords="offset points", ha="center", fontsize="small")
+ax.set_ylabel("time of a row's K loop")
+ax.legend(fontsize="small", frameon=False, loc="upper left", ncol=2)
+ax.set_title("A narrow row's K loop against a 256-wide row's (64-column-step launch, same shape)", fontsize="medium")
+plots.caption(ax, "data/measured/h200/probes/gemm_timeline_step8/ (H200; the 8-column-step build, just before 41feef5)")
+plt.show()
+display(kloops.round(3))
+
+# %% [markdown]
+# A 248-wide row costs what a 256-wide one costs; 240 costs 0.95 of it (the model says 0.9375) and 192 about
+# 0.79 (0.75). So a 248-wide item does a 256-wide item's time of work and only adds an item. Why is not settled
+# here: either the tensor cores step through N 16 columns at a time, or 248 columns (496 bytes, 15.5 L2 sectors)
+# make neighbouring items share 32-byte sectors of C and start B's boxes mid-sector, where 240 (480 bytes) keeps
+# whole sectors. Either way widths now go in 16-column steps (`WIDTH_STEP`; 240, 224, 192 and 128 for 256), and
+# 8192³ uses 240. The model still assumes time proportional to width, which is why its gains are upper bounds.
+#
+# **What it bought, with the clock's drift cancelled.** Rounds of whole benchmarks put minutes between
+# contenders, and in the same hour torch.matmul at 4096³ read 0.175 ms in one round and 0.205 ms in the next
+# (`probes/gemm_narrow_rounds.csv`). `tools/probes/probe_ab.py` instead runs the contenders in turn, one call
+# each, back to back, 150 cycles, and takes the median over cycles of each one's time over torch.matmul's in the
+# same cycle:
+
+# %%
+ab = pd.read_csv(PROBES / "gemm_ab_narrow" / "gemm_ab_summary.csv")
+ab["% of torch.matmul"] = 100 / ab.ratio_to_first
+ab_table = ab[ab.config != "torch"].pivot_table(index="shape", columns="config", values="% of torch.matmul",
+                                                sort=False)
+ab_table = ab_table.rename(columns={"default": "16-column steps (default)", "narrow64": "64-column steps"})
+display(ab_table.round(1))
+print("data/measured/h200/probes/gemm_ab_narrow/gemm_ab_summary.csv (H200, back to back, per-cycle ratios; "
+      "the 16-column-step build)")
+
+# %% [markdown]
+# +2.0 % at 4096³ (the 240-wide tail against no balancing), +0.8 % at 8192³ (240 against 192), level at
+# 16384³, where the tail is 1 wave in 62.
+#
+# **A fairer turn order for the benchmark.** The benchmark took each contender's 30 calls in three rounds of 10,
+# so with 11 contenders a round lasts long enough for the clock to drift inside it. Taking turns call by call
+# (warm-up once, then one timed call per contender per round, the order rotating, the input sets rotating over
+# all calls together) should share the drift out best. Its first run read torch.matmul at 4096³ at 573 TFLOP/s,
+# against 649–663 in every earlier run, while our builds read as before. That is not a result, it is an artefact:
+# `tools/probes/probe_turns.py` timed torch.matmul alone, taking turns with itself, and taking turns with our
+# kernel (which is launched by replaying a CUDA graph), with and without an untimed *settling* call of the same
+# contender before each timed one:
+
+# %%
+turns = pd.concat([pd.read_csv(PROBES / "gemm_turns.csv").assign(run="first probe"),
+                   pd.read_csv(PROBES / "gemm_turns_settled.csv").assign(run="second probe")])
+turns = turns[(turns.contender == "torch") & (turns.graphs == 1)]
+display(turns.pivot_table(index=["shape", "method"], columns="run", values="ms_median", sort=False).round(4))
+print("torch.matmul's median ms, synchronised per call; data/measured/h200/probes/gemm_turns{,_settled}.csv")
+
+# %% [markdown]
+# In the first probe torch.matmul taking turns with our graph launches read 3 % slower at 4096³ than taking turns
+# with itself; the second probe did not repeat it, so the cause is not pinned down. Settling removes the
+# question: every later turn now starts with one untimed call of the same contender, so a timed call always
+# follows a call of its own kind (`workbook.timing.bench_interleaved(settle=1)`). The unsettled run is kept apart
+# (`probes/gemm_bench_unsettled_turns_4c5b42d.csv`), not in `gemm.csv`. The benchmark runs since:
+
+# %%
+SESSION_6 = {"41feef5": "rounds of 10", "808db20": "settled turns"}
+bench6 = records.read("h200", "gemm")
+bench6 = bench6[bench6.commit.isin(list(SESSION_6))]
+bench6 = bench6[(bench6.kernel == "torch") | (bench6.variant == gemm_bench.DEFAULT_VARIANT)]
+per_run6 = bench6.pivot_table(index=["commit", "date", "M", "N", "K"], columns="kernel", values="tflops",
+                              aggfunc="last").dropna()
+per_run6["pct"] = 100 * per_run6["ours"] / per_run6["torch"]
+per_run6 = per_run6.reset_index()
+per_run6["run"] = [f"{c}, {SESSION_6[c]}, {d[11:16]}" for c, d in zip(per_run6.commit, per_run6.date)]
+per_run6["shape"] = [f"{m}x{n}x{k}" for m, n, k in zip(per_run6.M, per_run6.N, per_run6.K)]
+table6 = per_run6.pivot_table(index="run", columns="shape", values="pct", sort=False)
+squares6 = [f"{s}x{s}x{s}" for s in gemm_bench.SQUARE]
+table6 = table6[squares6 + [c for c in table6.columns if c not in squares6]]
+display(table6.round(1).style.format("{:.1f}", na_rep="").background_gradient(cmap="RdBu", vmin=80, vmax=120))
+print(f"% of torch.matmul, data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}; "
+      f"torch.matmul at 4096³: " + ", ".join(f"{r.tflops:.0f}" for r in bench6[(bench6.kernel == "torch")
+                                                                               & (bench6.M == 4096)].itertuples())
+      + " TFLOP/s")
+
+# %% [markdown]
+# In both runs with settled turns the default beats cuBLAS at all three squares, and by 5 % or more at 2560 × 7168,
+# 4608 × 7680, 5632 × 7168 and 7680 × 5120; the one run in the old order read 101 / 103 / 99 % at the squares.
+# torch.matmul's own numbers are back where they were before the turn order changed. Two shapes show what one run
+# is worth: 2048 × 6656 read 102 % and 107 % in two runs of one commit, and 2048 × 5120 stays under cuBLAS
+# (97–99 %), where our balanced plan is mostly 192-wide tiles and cuBLAS is strong.
 
 # %% [markdown]
 # ## Take-aways
@@ -876,6 +1029,11 @@ print(f"data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}, com
 # * Measure where the time goes before choosing a remedy. A timeline stamped by the kernel itself showed an
 #   epilogue twice as long as guessed, every SM storing C at the same moment, and a ring that never ran dry.
 #   That ruled out one remedy (claiming earlier) and explained why another (deferral) had barely paid.
+# * The planner's model is only as good as its unit of cost. Tiles in 16-column steps balance 4096³, which
+#   64-column steps could not (+2 %), but a 248-wide tile costs what a 256-wide one does, which a model
+#   "proportional to width" could not know.
+# * A fair benchmark gives every contender the same chip *and* the same neighbour: the call before a timed call
+#   should be its own.
 # * A remedy is only as good as its cost on this machine. Stream-K removes a tail of 0.12 waves but hands
 #   256 KiB partial sums across the L2, ~10 µs a time at 4096³: it lost 2–3 %. Measure the cost of the
 #   mechanism (section 6's *halves* build), not only the idle time it removes.
