@@ -105,7 +105,7 @@ def rel_error(c: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def measure(contenders: dict, sets, M: int, N: int, K: int) -> list[dict]:
-    """Rows for {(kernel, name): fn}, timed together in interleaved rounds (workbook.timing.bench_interleaved)."""
+    """Rows for {(kernel, name): fn}, timed together, taking turns (workbook.timing.bench_interleaved)."""
     from workbook import timing
     errors = {key: [rel_error(fn(a, b), a, b) for a, b in sets] for key, fn in contenders.items()}
     timings = timing.bench_interleaved(contenders, sets, warmup=10, iters=30)

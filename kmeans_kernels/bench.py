@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     shapes = parse_shapes(args.shapes)
     todo = contenders(arch, kernels, not args.no_flashlib_autotune)
     print(f"{gpus.describe(spec)}; {len(shapes)} shapes x {len(todo)} kernels; seeds {SEEDS}, "
-          f"10 warm-up + median of 30, in 3 interleaved rounds", flush=True)
+          f"10 warm-up + median of 30, the kernels taking turns call by call", flush=True)
 
     rows = []
     header = "  ".join(f"{k}/{v}"[:18].rjust(18) for k, v, _ in todo)
