@@ -160,7 +160,7 @@ class HopperGemm:
     def __init__(self, config: Config):
         self.cfg = config
         self.tile = (TILE_M, config.tile_n, TILE_K)
-        self.staged = config.epilogue == "staged"
+        self.staged = config.staged
         self.consumer_threads = 256
 
     # ---------------------------------------------------------------- host side (traced once per compile)

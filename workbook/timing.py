@@ -154,8 +154,10 @@ def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequenc
     previous call's inputs (the same tensors for every contender) still in L2.
 
     Every later turn starts with `settle` untimed calls, so a timed call follows a call of its own contender:
-    on the H200 a torch.matmul launched right after a CUDA-graph launch of ours read 3-13 % slower than one
-    after its own call (data/measured/h200/probes/gemm_turns.csv), a cost of taking turns, not of either kernel.
+    on the H200, taking turns call by call with our CUDA-graph launches, torch.matmul at 4096^3 read 13 % slower
+    in one benchmark run (probes/gemm_bench_unsettled_turns_4c5b42d.csv) and 3 % slower than taking turns with
+    itself in one probe (probes/gemm_turns.csv), though not in a second: a cost of taking turns, not of either
+    kernel, and one that settling removes.
     """
     rounds = iters if rounds is None else rounds
     _check_count("rounds", rounds, 1)

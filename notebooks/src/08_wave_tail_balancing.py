@@ -838,12 +838,20 @@ print("data/measured/h200/probes/ncu_deferred_4096.txt (ncu --clock-control none
 # 1 %. And the benchmark, the seeds' method, where the GPU's clock is whatever its power cap allows?
 
 # %%
-bench = records.read("h200", "gemm")
-bench = bench[bench.commit.isin(["81a3001", "78d89e8"]) & (bench.M == bench.N) & (bench.N == bench.K)]
-bench = bench[(bench.kernel == "torch") | (bench.variant == gemm_bench.DEFAULT_VARIANT)]
-per_run = bench.pivot_table(index=["date", "M"], columns="kernel", values="tflops", aggfunc="last").dropna()
-per_run["% of torch.matmul"] = 100 * per_run["ours"] / per_run["torch"]
-runs_table = per_run["% of torch.matmul"].unstack("M").round(0)
+def default_runs(commits):
+    """gemm.csv's rows of `commits` for torch.matmul and our default, and per benchmark run (commit, date) and
+    shape the default's TFLOP/s as % of torch.matmul's (`pct`)."""
+    rows = records.read("h200", "gemm")
+    rows = rows[rows.commit.isin(list(commits))
+                & ((rows.kernel == "torch") | (rows.variant == gemm_bench.DEFAULT_VARIANT))]
+    runs = rows.pivot_table(index=["commit", "date", "M", "N", "K"], columns="kernel", values="tflops",
+                            aggfunc="last").dropna()
+    return rows, (100 * runs["ours"] / runs["torch"]).rename("pct").reset_index()
+
+
+_, per_run = default_runs(["81a3001", "78d89e8"])
+per_run = per_run[(per_run.M == per_run.N) & (per_run.N == per_run.K)]
+runs_table = per_run.pivot_table(index="date", columns="M", values="pct").round(0)
 runs_table.index = [f"run {i + 1}" for i in range(len(runs_table))]
 runs_table.columns = [f"{m}³" for m in runs_table.columns]
 display(runs_table)
@@ -985,13 +993,7 @@ print("torch.matmul's median ms, synchronised per call; data/measured/h200/probe
 
 # %%
 SESSION_6 = {"41feef5": "rounds of 10", "808db20": "settled turns"}
-bench6 = records.read("h200", "gemm")
-bench6 = bench6[bench6.commit.isin(list(SESSION_6))]
-bench6 = bench6[(bench6.kernel == "torch") | (bench6.variant == gemm_bench.DEFAULT_VARIANT)]
-per_run6 = bench6.pivot_table(index=["commit", "date", "M", "N", "K"], columns="kernel", values="tflops",
-                              aggfunc="last").dropna()
-per_run6["pct"] = 100 * per_run6["ours"] / per_run6["torch"]
-per_run6 = per_run6.reset_index()
+bench6, per_run6 = default_runs(SESSION_6)
 per_run6["run"] = [f"{c}, {SESSION_6[c]}, {d[11:16]}" for c, d in zip(per_run6.commit, per_run6.date)]
 per_run6["shape"] = [f"{m}x{n}x{k}" for m, n, k in zip(per_run6.M, per_run6.N, per_run6.K)]
 table6 = per_run6.pivot_table(index="run", columns="shape", values="pct", sort=False)
