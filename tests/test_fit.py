@@ -1,0 +1,293 @@
+"""kmeans_kernels.fit, Lloyd's k-means on the assignment: the CPU reference path, its determinism, the
+empty-cluster rule, errors, scikit-learn's answer, two gloo processes; on a GPU (`-m gpu`) the CUDA path."""
+import importlib
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import kmeans_kernels
+from kmeans_kernels import fit_distributed
+
+fitmod = importlib.import_module("kmeans_kernels.fit")  # the module; `kmeans_kernels.fit` is the function
+bf16 = torch.bfloat16
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def symmetric_blobs(k, per, d, seed=0, dtype=bf16, device="cpu"):
+    """Small-integer points whose cluster means are exactly their integer centres (noise comes in +- pairs),
+    shuffled; returns (x, labels, centres)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = 2 * torch.randint(-8, 9, (k, d), generator=g)
+    noise = torch.randint(-1, 2, (k, per, d), generator=g)
+    pts = (centres[:, None] + torch.cat([noise, -noise], 1)).reshape(-1, d)
+    labels = torch.arange(k).repeat_interleave(2 * per)
+    order = torch.randperm(pts.shape[0], generator=g)
+    return pts[order].to(dtype).to(device), labels[order], centres.float().to(device)
+
+
+def one_per_cluster(x, labels, k):
+    """The first point of each true cluster, as initial centroids."""
+    return torch.stack([x[(labels == j).nonzero()[0, 0]] for j in range(k)]).float()
+
+
+def objective(x, c, ids):
+    return float(((x.double() - c.double()[ids.long()]) ** 2).sum())
+
+
+def test_fit_recovers_exact_clusters():
+    x, labels, centres = symmetric_blobs(6, 40, 32)
+    r = kmeans_kernels.fit(x, 6, init=one_per_cluster(x, labels, 6))
+    assert torch.equal(r.ids.long(), labels)
+    assert torch.equal(r.centroids, centres)          # the means are exact: integer sums, one rounding
+    assert r.converged and r.iterations == 2 and len(r.inertia) == 2
+    assert r.inertia[-1] == objective(x, centres, labels)
+    assert r.ids.dtype == torch.int32 and r.centroids.dtype == torch.float32
+
+
+def test_fit_is_deterministic_and_independent_of_row_order():
+    """Random (inexact) data: the same call gives the same bits, and so does any order of the rows: the sums
+    are integers, so the order of the additions cannot matter (fp32 sums in another order round differently)."""
+    g = torch.Generator().manual_seed(1)
+    x = (3 * torch.randn(4000, 32, generator=g)).to(bf16)
+    c0 = x[:20].float() + 0.5
+    a = kmeans_kernels.fit(x, 20, init=c0, iters=6, tol=None)
+    b = kmeans_kernels.fit(x, 20, init=c0, iters=6, tol=None)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids) and a.inertia == b.inertia
+    perm = torch.randperm(4000, generator=g)
+    p = kmeans_kernels.fit(x[perm].contiguous(), 20, init=c0, iters=6, tol=None)
+    assert torch.equal(p.centroids, a.centroids)
+    assert torch.equal(p.ids, a.ids[perm])
+    assert not torch.equal(a.centroids, c0)  # the centroids did move
+    assert torch.equal(kmeans_kernels.fit(x, 20, seed=3, iters=2).centroids,
+                       kmeans_kernels.fit(x, 20, seed=3, iters=2).centroids)
+
+
+def test_fixed_point_sums_are_order_free_where_float_sums_are_not():
+    """Why the update uses integers: the same values summed in two orders."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5000, 8, generator=g).to(bf16)
+    ids = torch.randint(0, 3, (5000,), generator=g)
+    perm = torch.randperm(5000, generator=g)
+
+    def float_sums(x, ids):
+        return torch.zeros(3, 8).index_add_(0, ids, x.float())
+
+    def fixed_sums(x, ids):
+        s = 62 - math.ceil(math.log2(5000)) - math.frexp(float(x.float().abs().max()))[1]
+        return torch.zeros(3, 8, dtype=torch.int64).index_add_(0, ids, fitmod._fixed_point(x, s))
+
+    assert not torch.equal(float_sums(x, ids), float_sums(x[perm], ids[perm]))
+    assert torch.equal(fixed_sums(x, ids), fixed_sums(x[perm], ids[perm]))
+
+
+def test_kmeans_plus_plus_weights_by_distance():
+    """99 points at 0 and one at 10: after the first pick, every point at 0 has distance 0, so k-means++ must
+    take the far point as the second centre, whatever the seed; "random" mostly takes two zeros."""
+    x = torch.zeros(100, 16, dtype=bf16)
+    x[57] = 10
+    for seed in range(5):
+        c = kmeans_kernels.fit(x, 2, seed=seed, iters=1).centroids
+        assert sorted(c[:, 0].tolist()) == [0.0, 10.0]
+    rows = fitmod._Shards(None, 100)
+    rows.set_sizes([100])
+    picked = fitmod._initial_centroids(x, 2, "random", 0, rows)
+    assert picked.shape == (2, 16)
+
+
+def test_random_init_takes_distinct_rows_in_order():
+    x = torch.arange(50 * 16, dtype=torch.float32).reshape(50, 16).to(bf16)
+    shards = fitmod._Shards(None, 50)
+    shards.set_sizes([50])
+    c = fitmod._initial_centroids(x, 7, "random", 4, shards)
+    starts = c[:, 0].tolist()
+    assert starts == sorted(set(starts)) and len(starts) == 7
+    assert torch.equal(c, fitmod._initial_centroids(x, 7, "random", 4, shards))
+    assert not torch.equal(c, fitmod._initial_centroids(x, 7, "random", 5, shards))
+
+
+def test_empty_cluster_keeps_its_centroid():
+    x, labels, centres = symmetric_blobs(4, 30, 16, seed=3)
+    far = torch.full((1, 16), 1000.0)
+    c0 = torch.cat([one_per_cluster(x, labels, 4), far])
+    r = kmeans_kernels.fit(x, 5, init=c0, iters=20, tol=1e-4)
+    assert torch.equal(r.centroids[4], far[0])       # no points: it does not move
+    assert not bool((r.ids == 4).any())
+    assert torch.equal(r.centroids[:4], centres) and r.converged
+    assert all(b <= a for a, b in zip(r.inertia, r.inertia[1:]))
+
+
+def test_inertia_is_the_objective_of_the_returned_centroids():
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(3000, 16, generator=g) + 40).to(bf16)   # far from the origin: cancellation would show
+    for tol in (None, 0.0, 1e-4):
+        r = kmeans_kernels.fit(x, 9, iters=8, tol=tol, seed=2)
+        assert r.inertia[-1] == pytest.approx(objective(x, r.centroids, r.ids), rel=1e-12)
+        assert len(r.inertia) in (r.iterations, r.iterations + 1)
+        assert all(b <= a * (1 + 1e-6) for a, b in zip(r.inertia, r.inertia[1:]))
+    r = kmeans_kernels.fit(x, 9, iters=7, tol=None)
+    assert r.iterations == 7 and len(r.inertia) == 8
+
+
+def test_fp16_gives_the_bf16_answer_on_exact_inputs():
+    x, labels, centres = symmetric_blobs(5, 20, 32, seed=5)
+    a = kmeans_kernels.fit(x, 5, seed=1)
+    b = kmeans_kernels.fit(x.to(torch.float16), 5, seed=1)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids) and a.inertia == b.inertia
+
+
+def _x(n=64, d=16):
+    return torch.randn(n, d).to(bf16)
+
+
+def _nan_row():
+    x = _x()
+    x[3, 5] = float("nan")
+    return x
+
+
+def _inf_row():
+    x = _x()
+    x[10, 0] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: kmeans_kernels.fit(_x(8), 9), "k=9 is more clusters than points"),
+    (lambda: kmeans_kernels.fit(_x(), 0), "k must be an integer >= 1"),
+    (lambda: kmeans_kernels.fit(_x(), 2.0), "k must be"),
+    (lambda: kmeans_kernels.fit(_x(), True), "k must be"),
+    (lambda: kmeans_kernels.fit(_nan_row(), 4), "row 3 of x has a NaN or inf"),
+    (lambda: kmeans_kernels.fit(_inf_row(), 4), "row 10 of x has a NaN or inf"),
+    (lambda: kmeans_kernels.fit(_x().float(), 4), "bf16 or fp16"),
+    (lambda: kmeans_kernels.fit(torch.ones(8, 4, dtype=torch.int32), 2), "bf16 or fp16"),
+    (lambda: kmeans_kernels.fit(_x(16, 64).t(), 2), "contiguous"),
+    (lambda: kmeans_kernels.fit(torch.ones(8, dtype=bf16), 2), "2-D"),
+    (lambda: kmeans_kernels.fit(np.ones((8, 4)), 2), "torch.Tensor"),
+    (lambda: kmeans_kernels.fit(torch.empty(8, 4, dtype=bf16, device="meta"), 2), "CPU or a CUDA"),
+    (lambda: kmeans_kernels.fit(_x(), 4, init=torch.zeros(3, 16)), r"\[k, D\] = \[4, 16\]"),
+    (lambda: kmeans_kernels.fit(_x(), 4, init=torch.full((4, 16), float("nan"))), "init tensor has NaN"),
+    (lambda: kmeans_kernels.fit(_x(), 4, init="kmeans++"), "init must be one of"),
+    (lambda: kmeans_kernels.fit(_x(), 4, iters=0), "iters must be"),
+    (lambda: kmeans_kernels.fit(_x(), 4, tol=-1.0), "tol must be"),
+    (lambda: kmeans_kernels.fit(_x(), 4, tol=float("nan")), "tol must be"),
+    (lambda: kmeans_kernels.fit(_x(), 4, variant="ilp2"), "names a CUDA kernel"),
+])
+def test_fit_rejects_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_fit_accepts_k_equal_to_n_and_does_not_touch_a_given_init():
+    x = _x(12)
+    init = x.float().clone()
+    r = kmeans_kernels.fit(x, 12, init=init)
+    assert torch.equal(r.centroids, x.float()) and torch.equal(r.ids, torch.arange(12, dtype=torch.int32))
+    assert torch.equal(init, x.float())
+
+
+@pytest.mark.parametrize("tol, iters", [(0.0, 300), (1e-4, 300), (1e-4, 1), (1e-4, 2)])
+def test_fit_agrees_with_scikit_learn(tol, iters):
+    """Same initial centroids, scikit-learn's Lloyd: the same assignment, iteration count and inertia."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(n_samples=3000, n_features=32, centers=12, cluster_std=1.0, random_state=3)
+    x = torch.from_numpy(X).to(bf16)
+    c0 = one_per_cluster(x, torch.from_numpy(y), 12)
+    r = kmeans_kernels.fit(x, 12, init=c0, iters=iters, tol=tol)
+    km = KMeans(12, init=c0.double().numpy(), n_init=1, algorithm="lloyd", max_iter=iters, tol=tol)
+    km.fit(x.double().numpy())
+    assert np.array_equal(r.ids.numpy(), km.labels_)
+    assert r.iterations == km.n_iter_
+    assert r.inertia[-1] == pytest.approx(km.inertia_, rel=1e-6)
+    np.testing.assert_allclose(r.centroids.double().numpy(), km.cluster_centers_, rtol=0, atol=1e-5)
+
+
+def test_timeline_times_each_iteration():
+    x, labels, _ = symmetric_blobs(4, 50, 16)
+    with fitmod.timeline() as marks:
+        r = kmeans_kernels.fit(x, 4, iters=5, tol=None)
+    times = fitmod.iteration_times(marks)
+    assert len(times) == r.iterations == 5
+    assert all(t > 0 and 0 <= a <= t for t, a in times)
+    assert fitmod._timeline is None
+
+
+def test_sharded_fit_on_two_gloo_processes_equals_one_process():
+    """Uneven shards, k-means++ from a sample gathered across ranks, sums all-reduced: the same bits."""
+    x = fit_distributed.exact_data(2001, 16, 8, seed=7, device="cpu")
+    one = kmeans_kernels.fit(x, 8, seed=11, iters=30)
+    ranks = fit_distributed.run_sharded(x, 8, world=2, sizes=[700, 1301], seed=11, iters=30)
+    for r in ranks:
+        assert torch.equal(r.centroids, one.centroids)
+        assert (r.iterations, r.converged) == (one.iterations, one.converged)
+        assert r.inertia == pytest.approx(one.inertia, rel=1e-12)
+    assert torch.equal(torch.cat([ranks[0].ids, ranks[1].ids]), one.ids)
+    assert one.iterations > 1
+
+
+def test_launcher_cpu_path(tmp_path, capsys):
+    summary = tmp_path / "summary.json"
+    assert fit_distributed.main(["--spawn", "2", "--n", "3001", "--d", "16", "--k", "8", "--iters", "3",
+                                 "--summary", str(summary)]) == 0
+    run, = json.loads(summary.read_text())["runs"]
+    assert run["centroids_equal"] and run["ids_match"] == 1.0 and run["world"] == 2
+    assert len(run["sharded_ms"]) == len(run["single_ms"]) == 3
+    assert fit_distributed.main(["--n", "10"]) == 2   # neither torchrun nor --spawn: says how to start it
+
+
+def test_launcher_data_and_split():
+    x = fit_distributed.exact_data(1000, 32, 5, seed=0, device="cpu")
+    assert x.dtype == bf16 and torch.equal(x.float(), x.float().round()) and float(x.abs().max()) <= 17
+    assert fit_distributed.split(10, 3) == [4, 3, 3] and sum(fit_distributed.split(7, 2)) == 7
+    with pytest.raises(ValueError, match="sizes"):
+        fit_distributed.run_sharded(x, 5, world=2, sizes=[10, 10])
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------------
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fit_cuda_equals_the_cpu_path_on_exact_inputs(dtype):
+    x, labels, centres = symmetric_blobs(32, 300, 64, seed=8, dtype=dtype)
+    c0 = one_per_cluster(x, labels, 32)
+    cpu = kmeans_kernels.fit(x, 32, init=c0)
+    cuda = kmeans_kernels.fit(x.cuda(), 32, init=c0.cuda())
+    assert torch.equal(cuda.centroids.cpu(), cpu.centroids) and torch.equal(cuda.centroids.cpu(), centres)
+    assert torch.equal(cuda.ids.cpu(), cpu.ids)
+    assert (cuda.iterations, cuda.converged) == (cpu.iterations, cpu.converged)
+    assert cuda.inertia == pytest.approx(cpu.inertia, rel=1e-12)
+    shards = fitmod._Shards(None, x.shape[0])
+    shards.set_sizes([x.shape[0]])
+    assert torch.equal(fitmod._initial_centroids(x.cuda(), 32, "k-means++", 3, shards).cpu(),
+                       fitmod._initial_centroids(x, 32, "k-means++", 3, shards))
+
+
+@gpu
+@needs_cuda
+def test_fit_cuda_is_deterministic_bit_for_bit():
+    g = torch.Generator(device="cuda").manual_seed(9)
+    x = torch.randn(262144, 128, generator=g, device="cuda").to(bf16)
+    c0 = x[:1024].float()
+    a = kmeans_kernels.fit(x, 1024, init=c0, iters=5, tol=None)
+    b = kmeans_kernels.fit(x, 1024, init=c0, iters=5, tol=None)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids) and a.inertia == b.inertia
+    perm = torch.randperm(x.shape[0], device="cuda", generator=g)
+    p = kmeans_kernels.fit(x[perm].contiguous(), 1024, init=c0, iters=5, tol=None)
+    assert torch.equal(p.centroids, a.centroids) and torch.equal(p.ids, a.ids[perm])
+    assert kmeans_kernels.fit(x, 1024, seed=1, iters=3).centroids.is_cuda
+
+
+@gpu
+@needs_cuda
+def test_fit_cuda_rejects_what_the_kernels_cannot_do():
+    with pytest.raises(ValueError, match="D=72"):
+        kmeans_kernels.fit(torch.randn(256, 72, device="cuda").to(bf16), 4)
+    with pytest.raises(ValueError, match="variant 'nope'"):
+        kmeans_kernels.fit(torch.randn(256, 64, device="cuda").to(bf16), 4, variant="nope")
