@@ -370,14 +370,18 @@ class _Lloyd:
         self.spread = shards.all_reduce(spread.reshape(1))[0]  # sum ||x - mean||^2 over all points
         self.variance = self.spread / (N * D)                   # mean per-feature variance, as scikit-learn's tol
         self.ids = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
+        self.c_low = torch.empty(k, D, dtype=x.dtype, device=x.device)
+        self.c_sq = torch.empty(k, dtype=torch.float32, device=x.device)
         self.unassigned = torch.zeros((), dtype=torch.int64, device=x.device)
 
     def assign(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        c_low = c.to(self.x.dtype)
-        c_sq = reference.centroid_norms(c_low)
+        """ids of x to c rounded to x's dtype, into `out`. The rounded centroids and their norms live in the
+        same two buffers every iteration: the kernel's launch cache, keyed by addresses, then hits."""
+        self.c_low.copy_(c)
+        self.c_sq.copy_(reference.centroid_norms(self.c_low))
         if self.x.is_cuda:
-            return kmeans_kernels.assign(self.x, c_low, variant=self.variant, c_sq=c_sq, out=out)
-        out.copy_(reference.assign(self.x, c_low, c_sq))
+            return kmeans_kernels.assign(self.x, self.c_low, variant=self.variant, c_sq=self.c_sq, out=out)
+        out.copy_(reference.assign(self.x, self.c_low, self.c_sq))
         return out
 
     def accumulate(self, ids: torch.Tensor, previous: torch.Tensor | None) -> None:
@@ -402,6 +406,13 @@ class _Lloyd:
         centred = c.double() - self.mean
         sums = self.sums[:k].double() * self.unit - n[:, None] * self.mean
         return self.spread - 2.0 * (sums * centred).sum() + (n * (centred * centred).sum(1)).sum()
+
+    def step(self, c: torch.Tensor, ids: torch.Tensor, previous: torch.Tensor | None):
+        """One Lloyd iteration from centroids c: assign (into ids), sum, and return (the new centroids, the
+        inertia of c's assignment); self.counts[k + 1] then holds how many ids differ from `previous`."""
+        self.assign(c, ids)
+        self.accumulate(ids, previous)
+        return self.update(c), self.inertia(c)
 
     def update(self, c: torch.Tensor) -> torch.Tensor:
         """The new centroids: each cluster's mean, rounded once to fp32; an empty cluster keeps its centroid."""
@@ -435,14 +446,12 @@ def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
     iterations = 0
     for it in range(iters):
         _mark("iteration", x.device)
-        lloyd.assign(c, ids)
-        lloyd.accumulate(ids, previous if it > 0 and tol is not None else None)
-        history.append(lloyd.inertia(c))
+        new, inertia = lloyd.step(c, ids, previous if it > 0 and tol is not None else None)
+        history.append(inertia)
         iterations = it + 1
         if tol is not None and it > 0 and int(lloyd.counts[k + 1]) == 0:
-            converged = strict = True   # the update would give the same centroids: they are final
+            converged = strict = True   # the same ids as before, so `new` equals c: it is final
             break
-        new = lloyd.update(c)
         shift = None if tol is None else (new.double() - c.double()).square().sum()
         c = new
         ids, previous = previous, ids
@@ -452,9 +461,8 @@ def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
     if not strict:
         # assign once more, so that ids (and the last inertia) belong to the centroids returned
         _mark("final", x.device)
-        lloyd.assign(c, ids)
-        lloyd.accumulate(ids, previous)
-        history.append(lloyd.inertia(c))
+        _, inertia = lloyd.step(c, ids, previous)
+        history.append(inertia)
         if tol is None:
             converged = int(lloyd.counts[k + 1]) == 0
     _mark("end", x.device)

@@ -291,3 +291,21 @@ def test_fit_cuda_rejects_what_the_kernels_cannot_do():
         kmeans_kernels.fit(torch.randn(256, 72, device="cuda").to(bf16), 4)
     with pytest.raises(ValueError, match="variant 'nope'"):
         kmeans_kernels.fit(torch.randn(256, 64, device="cuda").to(bf16), 4, variant="nope")
+
+
+def test_fit_bench_without_a_gpu_says_where_the_rows_are(capsys):
+    from kmeans_kernels import fit_bench
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the bench would run")
+    assert fit_bench.main([]) == 2
+    assert "kmeans_fit.csv" in capsys.readouterr().out
+
+
+def test_fit_bench_torch_loop_is_lloyd():
+    """The plain torch contender is a Lloyd loop: on separated data it finds fit's clusters and centroids."""
+    from kmeans_kernels import fit_bench
+    x, labels, centres = symmetric_blobs(5, 30, 16, seed=6)
+    c0 = one_per_cluster(x, labels, 5)
+    ids, used = fit_bench.torch_loop(x, c0, 3)
+    assert torch.equal(ids, labels) and torch.equal(used, centres)
+    assert fit_bench.match_rate(lambda x, c0, n: fit_bench.torch_loop(x, c0, n), [(x, c0)]) == 1.0
