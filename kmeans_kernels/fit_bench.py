@@ -134,6 +134,23 @@ def match_rate(fn, sets) -> float:
     return min(rates)
 
 
+def summary(df):
+    """One row per shape of the newest run in `df` (records.read(gpu, TABLE)) that timed ours/fit: ms per Lloyd
+    iteration of each contender, lloyd/assign (the loop's cost over the kernel's) and flashlib/lloyd (> 1: ours
+    is faster). Empty if no run did."""
+    import pandas as pd
+    run = records.last_run(df, [("ours", "fit")])
+    if run.empty:
+        return pd.DataFrame()
+    table = run.pivot_table(index=["N", "D", "K"], columns=["kernel", "variant"], values="ms_median")
+    table.columns = [f"{k}/{v} ms" for k, v in table.columns]
+    if {"ours/lloyd ms", "ours/assign ms"} <= set(table.columns):
+        table["lloyd/assign"] = table["ours/lloyd ms"] / table["ours/assign ms"]
+    if {"ours/lloyd ms", "flashlib/flash_kmeans ms"} <= set(table.columns):
+        table["flashlib/lloyd"] = table["flashlib/flash_kmeans ms"] / table["ours/lloyd ms"]
+    return table.reset_index()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kmeans_kernels.fit_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=None, help="'N,D,K;...' (default: the 13 seed shapes)")

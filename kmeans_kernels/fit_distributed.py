@@ -177,6 +177,26 @@ def _run(args) -> dict:
     return summary
 
 
+def scaling(df):
+    """Per N of the newest run in `df` (records.read("h200x2", TABLE)): ms per Lloyd iteration on one GPU and
+    on the ranks, the speedup, the scaling efficiency (speedup / ranks), the all-reduce's share of an
+    iteration, and whether the answers were equal. Empty if nothing was recorded."""
+    import pandas as pd
+    if df.empty:
+        return pd.DataFrame()
+    run = df[df.date == df.date.max()]
+    one = run[run.variant == "fit_single"].set_index("N")
+    many = run[run.variant != "fit_single"].set_index("N")
+    both = one.index.intersection(many.index)
+    out = pd.DataFrame({"ranks": many.loc[both, "world"], "one GPU ms": one.loc[both, "ms_median"],
+                        "sharded ms": many.loc[both, "ms_median"]})
+    out["speedup"] = out["one GPU ms"] / out["sharded ms"]
+    out["efficiency"] = out["speedup"] / out["ranks"]
+    out["all-reduce share"] = many.loc[both, "allreduce_share"]
+    out["equal"] = (many.loc[both, "centroids_equal"] == 1) & (many.loc[both, "match_rate"] == 1.0)
+    return out.reset_index()
+
+
 def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m kmeans_kernels.fit_distributed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=lambda s: [int(v) for v in s.split(",")], default=[2_000_000],

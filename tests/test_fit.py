@@ -309,3 +309,38 @@ def test_fit_bench_torch_loop_is_lloyd():
     ids, used = fit_bench.torch_loop(x, c0, 3)
     assert torch.equal(ids, labels) and torch.equal(used, centres)
     assert fit_bench.match_rate(lambda x, c0, n: fit_bench.torch_loop(x, c0, n), [(x, c0)]) == 1.0
+
+
+def test_exercise_checker(capsys):
+    from kmeans_kernels import fit_exercises
+    right = int(fit_exercises.after_one_iteration().ids[fit_exercises.POINT])
+    assert right == 0   # P started in cluster 1 and leaves it: the exercise is worth doing
+    x, c0 = fit_exercises.problem()
+    assert int(kmeans_kernels.fit(x, 2, init=c0, iters=1, tol=None).ids[fit_exercises.POINT]) == right
+    assert fit_exercises.check(right) and not fit_exercises.check(1 - right) and not fit_exercises.check(None)
+    assert "Right" in capsys.readouterr().out
+
+
+def _rows(**over):
+    base = dict(kernel="ours", variant="fit", N=65536, D=128, K=4096, iters=5, ms_median=1.0, ms_min=1.0,
+                ms_max=1.0, tflops=1.0, match_rate=1.0, date="2026-12-01T00:00:00Z")
+    return {**base, **over}
+
+
+def test_bench_summary_and_scaling_tables():
+    import pandas as pd
+    from kmeans_kernels import fit_bench
+    df = pd.DataFrame([_rows(), _rows(variant="lloyd", ms_median=0.9), _rows(variant="assign", ms_median=0.75),
+                       _rows(kernel="flashlib", variant="flash_kmeans", ms_median=1.8),
+                       _rows(variant="fit", ms_median=5.0, date="2026-11-01T00:00:00Z")])
+    t = fit_bench.summary(df)
+    assert len(t) == 1 and t["ours/fit ms"][0] == 1.0
+    assert t["lloyd/assign"][0] == pytest.approx(1.2) and t["flashlib/lloyd"][0] == pytest.approx(2.0)
+    assert fit_bench.summary(df.iloc[0:0]).empty
+    dd = pd.DataFrame([_rows(variant="fit_single", N=2_000_000, world=1, ms_median=4.0, allreduce_share=0.0,
+                             centroids_equal=1),
+                       _rows(variant="fit_2ranks", N=2_000_000, world=2, ms_median=2.5, allreduce_share=0.1,
+                             centroids_equal=1)])
+    s = fit_distributed.scaling(dd)
+    assert s["speedup"][0] == pytest.approx(1.6) and s["efficiency"][0] == pytest.approx(0.8) and s["equal"][0]
+    assert fit_distributed.scaling(dd.iloc[0:0]).empty
