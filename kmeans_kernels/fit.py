@@ -19,10 +19,10 @@ points. Here:
   single-process run bit for bit (given the same ids). Float atomics would round differently with every
   arrival order; sorting the points by cluster and reducing segments in a fixed order would be deterministic
   too, but it copies x in sorted order every iteration. The price here: 8 bytes per coordinate held for the
-  whole fit and read once per iteration (4x a bf16 x). Precision: with 62 - ceil(log2 N) bits below the
-  largest magnitude, a coordinate smaller than 2^-(61 - ceil(log2 N)) of max|x| is truncated to that grid;
-  bf16 and fp16 values within 2^(54 - ceil(log2 N)) of the largest are summed exactly (2^34 at N = 1M).
-  The mean is then formed in float64 and rounded once to fp32, the same operations on CPU and GPU.
+  whole fit and read once per iteration (4x a bf16 x). Precision, with L = ceil(log2 N): the grid step is
+  at most 2^(L - 61) max|x|, so a bf16 value at least max|x| / 2^(55 - L) (fp16: / 2^(52 - L)) is exact,
+  a factor 2^35 (2^32) at N = 1M, and a smaller one is truncated toward zero to the grid. The mean is then
+  formed in float64 and rounded once to fp32, the same operations on CPU and GPU.
 * **Empty clusters keep their centroid** (no points, no move): deterministic, the same on every rank, and
   the objective does not increase. It also means a centroid that starts far from every point stays unused;
   scikit-learn instead moves an empty centroid onto a far point.
@@ -74,7 +74,7 @@ FIT_DTYPES = (torch.bfloat16, torch.float16)
 SAMPLE_PER_CLUSTER = 16   # k-means++ runs on at most max(16 k, SAMPLE_MIN) rows of x
 SAMPLE_MIN = 8192
 FIXED_POINT_BITS = 62     # sums of N fixed-point values stay below 2^62 < 2^63
-_CHUNK_ELEMENTS = 1 << 22  # rows per chunk of the one-off float64 passes: 32 MiB of float64
+_CHUNK_ELEMENTS = 1 << 22  # elements per chunk of the one-off float64 passes over x: 32 MiB
 
 
 @dataclass(frozen=True)
@@ -318,6 +318,7 @@ def _kmeans_plus_plus(sample: torch.Tensor, k: int, gen: torch.Generator) -> tor
         # a point already chosen has d2 = 0 and cannot be picked again, unless every d2 is 0
         picks[j] = torch.searchsorted(cum, (u[j] * cum[-1]).reshape(1), right=True)[0].clamp_(max=m - 1)
         d2 = torch.minimum(d2, dist_sq(j))
+        d2[picks[j]] = 0.0  # exactly, whatever the rounding of the expansion
     return sample[picks]
 
 
@@ -373,6 +374,7 @@ class _Lloyd:
         self.c_low = torch.empty(k, D, dtype=x.dtype, device=x.device)
         self.c_sq = torch.empty(k, dtype=torch.float32, device=x.device)
         self.unassigned = torch.zeros((), dtype=torch.int64, device=x.device)
+        self.ones = torch.ones(x.shape[0], dtype=torch.int64, device=x.device)
 
     def assign(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """ids of x to c rounded to x's dtype, into `out`. The rounded centroids and their norms live in the
@@ -390,7 +392,7 @@ class _Lloyd:
         slot = torch.where(ids < 0, k, ids)
         self.acc.zero_()
         self.sums.index_add_(0, slot, self.xq)
-        self.counts[:k + 1] = torch.bincount(slot, minlength=k + 1)
+        self.counts[:k + 1].index_add_(0, slot, self.ones)  # not bincount: on CUDA it waits for the GPU
         if previous is not None:
             self.counts[k + 1] = (ids != previous).sum()
         _mark("all_reduce", self.x.device)

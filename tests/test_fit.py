@@ -344,3 +344,18 @@ def test_bench_summary_and_scaling_tables():
     s = fit_distributed.scaling(dd)
     assert s["speedup"][0] == pytest.approx(1.6) and s["efficiency"][0] == pytest.approx(0.8) and s["equal"][0]
     assert fit_distributed.scaling(dd.iloc[0:0]).empty
+
+
+def test_fixed_point_precision_is_as_documented():
+    """bf16 values down to max|x| / 2^(55 - L) are exact on the grid; below it, truncation toward zero."""
+    N = 1000                                 # L = 10
+    x = torch.zeros(N, 2, dtype=bf16)
+    x[0, 0] = 1.5                            # max|x| < 2^1: e = 1, s = 62 - 10 - 1 = 51
+    x[1, 0] = 2.0 ** -44 * 1.9921875         # 2^(e - 55 + L) = 2^-44: the smallest exponent that is exact
+    x[2, 0] = -(2.0 ** -52) * 1.5            # below the grid step 2^-51: truncated to 0
+    shards = fitmod._Shards(None, N)
+    s = fitmod._scale_exponent(x, shards)
+    q = fitmod._fixed_point(x, s)
+    assert s == 51
+    assert q[1, 0] / 2.0 ** s == float(x[1, 0]) and q[0, 0] / 2.0 ** s == 1.5
+    assert int(q[2, 0]) == 0

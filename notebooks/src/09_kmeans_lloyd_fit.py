@@ -106,7 +106,7 @@ def lines_with(fn, *keys):
 
 
 plain = lines_with(fit_bench.torch_loop, "index_add_", "bincount", "torch.where((counts")
-ours = lines_with(fitmod._Lloyd.accumulate, "index_add_", "bincount") + \
+ours = lines_with(fitmod._Lloyd.accumulate, "self.sums.index_add_", "self.ones") + \
     lines_with(fitmod._Lloyd.update, "mean =", "torch.where")
 print("\n".join(difflib.unified_diff(plain, ours, "plain torch loop (fp32 atomics)", "kmeans_kernels.fit (int64)",
                                      lineterm="", n=0)))
