@@ -359,3 +359,20 @@ def test_fixed_point_precision_is_as_documented():
     assert s == 51
     assert q[1, 0] / 2.0 ** s == float(x[1, 0]) and q[0, 0] / 2.0 ** s == 1.5
     assert int(q[2, 0]) == 0
+
+
+def test_fit_bench_contenders_run_on_the_cpu_path():
+    """The bench's own loops (all but the CUDA-only kernel call), through the harness's CPU clock."""
+    from kmeans_kernels import fit_bench
+    from workbook import timing
+    x, labels, centres = symmetric_blobs(8, 40, 32, seed=9)
+    sets = [(x, one_per_cluster(x, labels, 8))]
+    fns = fit_bench.contenders({"ours", "torch"}, 3, sets)
+    assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "assign"), ("torch", "loop")}
+    del fns["ours", "assign"]
+    times = timing.bench_interleaved(fns, sets, warmup=1, iters=2)
+    assert all(t.clock == timing.PERF_COUNTER and len(t.samples) == 2 for t in times.values())
+    for fn in fns.values():
+        assert fit_bench.match_rate(fn, sets) == 1.0
+        ids, used = fn(*sets[0], n=3)
+        assert torch.equal(ids.long(), labels) and torch.equal(used, centres)
