@@ -31,8 +31,9 @@ points. Here:
   computes and broadcasts. k-means++ adds one centre at a time, each pick weighted by the squared distance
   to the centres before it, so every distance pass is a matrix-vector product against one new centre, which
   a tensor-core GEMM kernel cannot tile; the pass uses the assignment's score, d^2 = ||x||^2 + 2 s with
-  s = 0.5 ||c||^2 - <x, c> and ||x||^2 computed once, in float64 (exact on exact inputs, so the same picks on
-  CPU and GPU). `"random"`: k distinct rows, uniformly, in row order. A tensor: the initial centroids
+  s = 0.5 ||c||^2 - <x, c> and ||x||^2 computed once, in float64 (exact on exact inputs), and the running
+  sum that a pick draws from is taken in fixed point, so no scan order can move a pick: the same picks on
+  CPU and GPU, run after run. `"random"`: k distinct rows, uniformly, in row order. A tensor: the initial centroids
   (rank 0's under a group).
 * **Convergence** as scikit-learn's Lloyd: stop when an assignment equals the previous one, or when the
   squared centroid shift summed over centroids is at most `tol` times the mean per-feature variance of x,
@@ -312,11 +313,18 @@ def _kmeans_plus_plus(sample: torch.Tensor, k: int, gen: torch.Generator) -> tor
         c = s64[picks[j]]
         return (x_sq + (c @ c - 2.0 * (s64 @ c))).clamp_(min=0.0)
 
+    headroom = FIXED_POINT_BITS - math.ceil(math.log2(m))
     d2 = dist_sq(0)
+    d2[picks[0]] = 0.0
     for j in range(1, k):
-        cum = d2.cumsum(0)
-        # a point already chosen has d2 = 0 and cannot be picked again, unless every d2 is 0
-        picks[j] = torch.searchsorted(cum, (u[j] * cum[-1]).reshape(1), right=True)[0].clamp_(max=m - 1)
+        # the running sum in fixed point, like the cluster sums: a GPU's float scan may round in any order,
+        # which would move a pick; an integer scan cannot (and it all stays on the device: no wait per pick)
+        top = d2.max().clamp(min=torch.finfo(torch.float64).tiny)
+        weights = (d2 / top * 2.0 ** headroom).long()    # each <= 2^headroom: m of them sum below 2^62
+        cum = weights.cumsum(0)
+        # a point already chosen has weight 0 and cannot be picked again, unless every weight is 0
+        target = (u[j] * cum[-1].double()).long().reshape(1)
+        picks[j] = torch.searchsorted(cum, target, right=True)[0].clamp_(max=m - 1)
         d2 = torch.minimum(d2, dist_sq(j))
         d2[picks[j]] = 0.0  # exactly, whatever the rounding of the expansion
     return sample[picks]

@@ -376,3 +376,15 @@ def test_fit_bench_contenders_run_on_the_cpu_path():
         assert fit_bench.match_rate(fn, sets) == 1.0
         ids, used = fn(*sets[0], n=3)
         assert torch.equal(ids.long(), labels) and torch.equal(used, centres)
+
+
+def test_kmeans_plus_plus_picks_in_proportion_to_squared_distance():
+    """Three points; after the origin is picked the others weigh 1 and 9: the far one must come ~90 % of the time."""
+    sample = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 3.0]])
+    seconds = []
+    for seed in range(900):
+        c = fitmod._kmeans_plus_plus(sample, 2, torch.Generator().manual_seed(seed))
+        if torch.equal(c[0], sample[0]):
+            seconds.append(int(c[1, 1] == 3.0))
+    assert 200 < len(seconds) < 400                        # the first pick is uniform
+    assert np.mean(seconds) == pytest.approx(0.9, abs=0.05)
