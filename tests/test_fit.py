@@ -1,6 +1,5 @@
 """kmeans_kernels.fit, Lloyd's k-means on the assignment: the CPU reference path, its determinism, the
 empty-cluster rule, errors, scikit-learn's answer, two gloo processes; on a GPU (`-m gpu`) the CUDA path."""
-import importlib
 import json
 import math
 
@@ -9,9 +8,9 @@ import pytest
 import torch
 
 import kmeans_kernels
-from kmeans_kernels import fit_distributed
+from kmeans_kernels import lloyd_distributed
 
-fitmod = importlib.import_module("kmeans_kernels.fit")  # the module; `kmeans_kernels.fit` is the function
+from kmeans_kernels import lloyd as fitmod
 bf16 = torch.bfloat16
 gpu = pytest.mark.gpu
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -219,9 +218,9 @@ def test_timeline_times_each_iteration():
 
 def test_sharded_fit_on_two_gloo_processes_equals_one_process():
     """Uneven shards, k-means++ from a sample gathered across ranks, sums all-reduced: the same bits."""
-    x = fit_distributed.exact_data(2001, 16, 8, seed=7, device="cpu")
+    x = lloyd_distributed.exact_data(2001, 16, 8, seed=7, device="cpu")
     one = kmeans_kernels.fit(x, 8, seed=11, iters=30)
-    ranks = fit_distributed.run_sharded(x, 8, world=2, sizes=[700, 1301], seed=11, iters=30)
+    ranks = lloyd_distributed.run_sharded(x, 8, world=2, sizes=[700, 1301], seed=11, iters=30)
     for r in ranks:
         assert torch.equal(r.centroids, one.centroids)
         assert (r.iterations, r.converged) == (one.iterations, one.converged)
@@ -232,20 +231,20 @@ def test_sharded_fit_on_two_gloo_processes_equals_one_process():
 
 def test_launcher_cpu_path(tmp_path, capsys):
     summary = tmp_path / "summary.json"
-    assert fit_distributed.main(["--spawn", "2", "--n", "3001", "--d", "16", "--k", "8", "--iters", "3",
+    assert lloyd_distributed.main(["--spawn", "2", "--n", "3001", "--d", "16", "--k", "8", "--iters", "3",
                                  "--summary", str(summary)]) == 0
     run, = json.loads(summary.read_text())["runs"]
     assert run["centroids_equal"] and run["ids_match"] == 1.0 and run["world"] == 2
     assert len(run["sharded_ms"]) == len(run["single_ms"]) == 3
-    assert fit_distributed.main(["--n", "10"]) == 2   # neither torchrun nor --spawn: says how to start it
+    assert lloyd_distributed.main(["--n", "10"]) == 2   # neither torchrun nor --spawn: says how to start it
 
 
 def test_launcher_data_and_split():
-    x = fit_distributed.exact_data(1000, 32, 5, seed=0, device="cpu")
+    x = lloyd_distributed.exact_data(1000, 32, 5, seed=0, device="cpu")
     assert x.dtype == bf16 and torch.equal(x.float(), x.float().round()) and float(x.abs().max()) <= 17
-    assert fit_distributed.split(10, 3) == [4, 3, 3] and sum(fit_distributed.split(7, 2)) == 7
+    assert lloyd_distributed.split(10, 3) == [4, 3, 3] and sum(lloyd_distributed.split(7, 2)) == 7
     with pytest.raises(ValueError, match="sizes"):
-        fit_distributed.run_sharded(x, 5, world=2, sizes=[10, 10])
+        lloyd_distributed.run_sharded(x, 5, world=2, sizes=[10, 10])
 
 
 # ---- on a GPU ---------------------------------------------------------------------------------------------
@@ -293,31 +292,31 @@ def test_fit_cuda_rejects_what_the_kernels_cannot_do():
         kmeans_kernels.fit(torch.randn(256, 64, device="cuda").to(bf16), 4, variant="nope")
 
 
-def test_fit_bench_without_a_gpu_says_where_the_rows_are(capsys):
-    from kmeans_kernels import fit_bench
+def test_lloyd_bench_without_a_gpu_says_where_the_rows_are(capsys):
+    from kmeans_kernels import lloyd_bench
     if torch.cuda.is_available():
         pytest.skip("a GPU is here: the bench would run")
-    assert fit_bench.main([]) == 2
+    assert lloyd_bench.main([]) == 2
     assert "kmeans_fit.csv" in capsys.readouterr().out
 
 
-def test_fit_bench_torch_loop_is_lloyd():
+def test_lloyd_bench_torch_loop_is_lloyd():
     """The plain torch contender is a Lloyd loop: on separated data it finds fit's clusters and centroids."""
-    from kmeans_kernels import fit_bench
+    from kmeans_kernels import lloyd_bench
     x, labels, centres = symmetric_blobs(5, 30, 16, seed=6)
     c0 = one_per_cluster(x, labels, 5)
-    ids, used = fit_bench.torch_loop(x, c0, 3)
+    ids, used = lloyd_bench.torch_loop(x, c0, 3)
     assert torch.equal(ids, labels) and torch.equal(used, centres)
-    assert fit_bench.match_rate(lambda x, c0, n: fit_bench.torch_loop(x, c0, n), [(x, c0)]) == 1.0
+    assert lloyd_bench.match_rate(lambda x, c0, n: lloyd_bench.torch_loop(x, c0, n), [(x, c0)]) == 1.0
 
 
 def test_exercise_checker(capsys):
-    from kmeans_kernels import fit_exercises
-    right = int(fit_exercises.after_one_iteration().ids[fit_exercises.POINT])
+    from kmeans_kernels import lloyd_exercises
+    right = int(lloyd_exercises.after_one_iteration().ids[lloyd_exercises.POINT])
     assert right == 0   # P started in cluster 1 and leaves it: the exercise is worth doing
-    x, c0 = fit_exercises.problem()
-    assert int(kmeans_kernels.fit(x, 2, init=c0, iters=1, tol=None).ids[fit_exercises.POINT]) == right
-    assert fit_exercises.check(right) and not fit_exercises.check(1 - right) and not fit_exercises.check(None)
+    x, c0 = lloyd_exercises.problem()
+    assert int(kmeans_kernels.fit(x, 2, init=c0, iters=1, tol=None).ids[lloyd_exercises.POINT]) == right
+    assert lloyd_exercises.check(right) and not lloyd_exercises.check(1 - right) and not lloyd_exercises.check(None)
     assert "Right" in capsys.readouterr().out
 
 
@@ -329,21 +328,21 @@ def _rows(**over):
 
 def test_bench_summary_and_scaling_tables():
     import pandas as pd
-    from kmeans_kernels import fit_bench
+    from kmeans_kernels import lloyd_bench
     df = pd.DataFrame([_rows(), _rows(variant="lloyd", ms_median=0.9), _rows(variant="assign", ms_median=0.75),
                        _rows(kernel="flashlib", variant="flash_kmeans", ms_median=1.8),
                        _rows(variant="fit", ms_median=5.0, date="2026-11-01T00:00:00Z")])
-    t = fit_bench.summary(df)
+    t = lloyd_bench.summary(df)
     assert len(t) == 1 and t["ours/fit ms"][0] == 1.0
     assert t["lloyd/assign"][0] == pytest.approx(1.2) and t["flashlib/lloyd"][0] == pytest.approx(2.0)
-    assert fit_bench.summary(df.iloc[0:0]).empty
+    assert lloyd_bench.summary(df.iloc[0:0]).empty
     dd = pd.DataFrame([_rows(variant="fit_single", N=2_000_000, world=1, ms_median=4.0, allreduce_share=0.0,
                              centroids_equal=1),
                        _rows(variant="fit_2ranks", N=2_000_000, world=2, ms_median=2.5, allreduce_share=0.1,
                              centroids_equal=1)])
-    s = fit_distributed.scaling(dd)
+    s = lloyd_distributed.scaling(dd)
     assert s["speedup"][0] == pytest.approx(1.6) and s["efficiency"][0] == pytest.approx(0.8) and s["equal"][0]
-    assert fit_distributed.scaling(dd.iloc[0:0]).empty
+    assert lloyd_distributed.scaling(dd.iloc[0:0]).empty
 
 
 def test_fixed_point_precision_is_as_documented():
@@ -361,19 +360,19 @@ def test_fixed_point_precision_is_as_documented():
     assert int(q[2, 0]) == 0
 
 
-def test_fit_bench_contenders_run_on_the_cpu_path():
+def test_lloyd_bench_contenders_run_on_the_cpu_path():
     """The bench's own loops (all but the CUDA-only kernel call), through the harness's CPU clock."""
-    from kmeans_kernels import fit_bench
+    from kmeans_kernels import lloyd_bench
     from workbook import timing
     x, labels, centres = symmetric_blobs(8, 40, 32, seed=9)
     sets = [(x, one_per_cluster(x, labels, 8))]
-    fns = fit_bench.contenders({"ours", "torch"}, 3, sets)
+    fns = lloyd_bench.contenders({"ours", "torch"}, 3, sets)
     assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "assign"), ("torch", "loop")}
     del fns["ours", "assign"]
     times = timing.bench_interleaved(fns, sets, warmup=1, iters=2)
     assert all(t.clock == timing.PERF_COUNTER and len(t.samples) == 2 for t in times.values())
     for fn in fns.values():
-        assert fit_bench.match_rate(fn, sets) == 1.0
+        assert lloyd_bench.match_rate(fn, sets) == 1.0
         ids, used = fn(*sets[0], n=3)
         assert torch.equal(ids.long(), labels) and torch.equal(used, centres)
 

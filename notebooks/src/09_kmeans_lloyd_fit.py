@@ -20,7 +20,6 @@
 
 # %%
 import difflib
-import importlib
 import inspect
 import math
 
@@ -33,12 +32,12 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 
 import kmeans_kernels
-from kmeans_kernels import fit_bench, fit_distributed, fit_exercises
+from kmeans_kernels import lloyd_bench, lloyd_distributed, lloyd_exercises
 from workbook import ROOT, gpus, records
 
-fitmod = importlib.import_module("kmeans_kernels.fit")  # the module (kmeans_kernels.fit is the function)
-FIT_FILE = records.path("h200", fit_bench.TABLE).relative_to(ROOT)
-SCALING_FILE = records.path("h200x2", fit_distributed.TABLE).relative_to(ROOT)
+from kmeans_kernels import lloyd as fitmod
+FIT_FILE = records.path("h200", lloyd_bench.TABLE).relative_to(ROOT)
+SCALING_FILE = records.path("h200x2", lloyd_distributed.TABLE).relative_to(ROOT)
 print(gpus.describe())
 
 # %% [markdown]
@@ -95,7 +94,7 @@ print(inspect.getsource(fitmod._Lloyd.step))
 print(inspect.getsource(fitmod._Lloyd.update))
 
 # %% [markdown]
-# What changed from the loop a user writes in plain torch (`kmeans_kernels.fit_bench.torch_loop`): the float sums
+# What changed from the loop a user writes in plain torch (`kmeans_kernels.lloyd_bench.torch_loop`): the float sums
 # become integer sums of the fixed-point copy, and the division happens in float64:
 
 # %%
@@ -105,7 +104,7 @@ def lines_with(fn, *keys):
     return [next(line for line in src if key in line) for key in keys]
 
 
-plain = lines_with(fit_bench.torch_loop, "index_add_", "bincount", "torch.where((counts")
+plain = lines_with(lloyd_bench.torch_loop, "index_add_", "bincount", "torch.where((counts")
 ours = lines_with(fitmod._Lloyd.accumulate, "self.sums.index_add_", "self.ones") + \
     lines_with(fitmod._Lloyd.update, "mean =", "torch.where")
 print("\n".join(difflib.unified_diff(plain, ours, "plain torch loop (fp32 atomics)", "kmeans_kernels.fit (int64)",
@@ -177,14 +176,14 @@ display(pd.DataFrame(rows).set_index("start"))
 
 # %%
 answer = None   # 0 or 1
-fit_exercises.check(answer);
+lloyd_exercises.check(answer);
 
 # %% [markdown]
 # <details><summary>Solution</summary>
 #
 # First assignment: A → 0; B is 1 from both centroids, a tie, and the lowest index wins → 0; P, C, D, E → 1.
 # The centroids move to the means: (0 + 1) / 2 = 0.5 and (3 + 4 + 5 + 13) / 4 = 6.25. P is 2.5 from the first and
-# 3.25 from the second, so **P joins cluster 0**: E dragged its centroid away. `fit_exercises.check(0)`.
+# 3.25 from the second, so **P joins cluster 0**: E dragged its centroid away. `lloyd_exercises.check(0)`.
 # </details>
 
 # %% [markdown]
@@ -198,7 +197,7 @@ fit_exercises.check(answer);
 # here gloo: two CPU processes on the digits, split unevenly (this cell starts two Python processes, a few seconds):
 
 # %%
-ranks = fit_distributed.run_sharded(x, 10, world=2, sizes=[700, 1097], seed=0)
+ranks = lloyd_distributed.run_sharded(x, 10, world=2, sizes=[700, 1097], seed=0)
 same = all(torch.equal(q.centroids, r.centroids) for q in ranks)
 print(f"centroids equal to the single-process run, bit for bit, on both ranks: {same}")
 print(f"ids equal: {torch.equal(torch.cat([q.ids for q in ranks]), r.ids)}; "
@@ -207,17 +206,17 @@ print(f"ids equal: {torch.equal(torch.cat([q.ids for q in ranks]), r.ids)}; "
 # %% [markdown]
 # ## 7. The number: time per Lloyd iteration on the H200
 #
-# `python -m kmeans_kernels.fit_bench` times, on each seed shape and bf16 random data, a loop of 5 iterations from
+# `python -m kmeans_kernels.lloyd_bench` times, on each seed shape and bf16 random data, a loop of 5 iterations from
 # the same centroids: `ours/fit` (the whole `fit` call, per iteration, including its setup and closing assignment),
 # `ours/lloyd` (the loop body alone), `ours/assign` (the kernel alone), flashlib 0.4.0's own loop and a plain torch
 # loop. Issue 19's goals: `lloyd/assign ≤ 1.15` at 1M × 128 × 4096, and faster than flashlib's loop (flashlib/lloyd > 1)
 # everywhere. From the data file, if it has been recorded:
 
 # %%
-fit_rows = records.read("h200", fit_bench.TABLE)
-table = fit_bench.summary(fit_rows)
+fit_rows = records.read("h200", lloyd_bench.TABLE)
+table = lloyd_bench.summary(fit_rows)
 if table.empty:
-    print(f"not measured yet: {FIT_FILE} has no run. On an H200: python -m kmeans_kernels.fit_bench")
+    print(f"not measured yet: {FIT_FILE} has no run. On an H200: python -m kmeans_kernels.lloyd_bench")
 else:
     run = records.last_run(fit_rows, [("ours", "fit")])
     print(f"{FIT_FILE}: run of {run.date.iloc[0]} at commit {run.commit.iloc[0]}, "
@@ -231,11 +230,11 @@ else:
         print(f"faster than flashlib's loop on {int((table['flashlib/lloyd'] > 1).sum())} of {len(table)} shapes")
 
 # %% [markdown]
-# Two H200s (issue 20): `torchrun --nproc_per_node=2 -m kmeans_kernels.fit_distributed --n 2000000,8000000` times each
+# Two H200s (issue 20): `torchrun --nproc_per_node=2 -m kmeans_kernels.lloyd_distributed --n 2000000,8000000` times each
 # iteration on two GPUs and on one, and checks that the answers are equal. From its data file, if recorded:
 
 # %%
-scale = fit_distributed.scaling(records.read("h200x2", fit_distributed.TABLE))
+scale = lloyd_distributed.scaling(records.read("h200x2", lloyd_distributed.TABLE))
 if scale.empty:
     print(f"not measured yet: no rows in {SCALING_FILE} (it needs a machine with two H200s)")
 else:

@@ -1,20 +1,20 @@
 """`kmeans_kernels.fit` across processes: several GPUs of one host (NCCL) or CPU processes (gloo).
 
-    torchrun --nproc_per_node=2 -m kmeans_kernels.fit_distributed --n 2000000,8000000 --d 128 --k 4096 --iters 10
-    python -m kmeans_kernels.fit_distributed --spawn 2 --n 20000 --d 32 --k 64 --iters 5   # torch.multiprocessing
+    torchrun --nproc_per_node=2 -m kmeans_kernels.lloyd_distributed --n 2000000,8000000 --d 128 --k 4096 --iters 10
+    python -m kmeans_kernels.lloyd_distributed --spawn 2 --n 20000 --d 32 --k 64 --iters 5   # torch.multiprocessing
     results = run_sharded(x, k, world=2, iters=5)      # from Python: fit on 2 local CPU processes (gloo)
 
 For each N the launcher makes one global x of small integers (exact in bf16: k well-separated integer centres
 plus noise in {-1, 0, 1}; generated from --seed on every rank, so every rank has the same x), gives rank r
 the r-th consecutive slice of rows, and runs `fit(..., tol=None, group=WORLD)`: exactly --iters Lloyd
 iterations from k-means++ (seed --seed), after one untimed warm-up fit that compiles the kernels. Each Lloyd
-iteration is timed with CUDA events (`kmeans_kernels.fit.timeline`), and so is its all-reduce of the cluster
+iteration is timed with CUDA events (`kmeans_kernels.lloyd.timeline`), and so is its all-reduce of the cluster
 sums and counts, as seen from the current stream: the collective plus any wait for the slower rank.
 Then rank 0 runs the same fit on the whole x alone (one GPU) and checks the result: the centroids must be
-equal bit for bit and the ids equal (the sums are integers, so the all-reduce is exact: see fit.py).
+equal bit for bit and the ids equal (the sums are integers, so the all-reduce is exact: see lloyd.py).
 
 NCCL_NVLS_ENABLE=0 is set before NCCL starts: NVLink multicast (NVLS) stays off on the machines we measure
-on, whatever the environment said. Rows go to data/measured/<gpu>x<world>/kmeans_fit_distributed.csv via
+on, whatever the environment said. Rows go to data/measured/<gpu>x<world>/kmeans_lloyd_distributed.csv via
 workbook.records (one row for the sharded run and one for the single GPU, per N), unless --no-record or on
 the CPU (gloo), where nothing is recorded: CPU times are no stand-in for GPU times.
 """
@@ -32,10 +32,10 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from kmeans_kernels.fit import FitResult, fit, iteration_times, timeline
+from kmeans_kernels.lloyd import FitResult, fit, iteration_times, timeline
 from workbook import gpus, records
 
-TABLE = "kmeans_fit_distributed"
+TABLE = "kmeans_lloyd_distributed"
 
 
 def exact_data(n: int, d: int, k: int, seed: int, device) -> torch.Tensor:
@@ -198,7 +198,7 @@ def scaling(df):
 
 
 def parse(argv=None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m kmeans_kernels.fit_distributed", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kmeans_kernels.lloyd_distributed", description=__doc__.split("\n\n")[0])
     ap.add_argument("--n", type=lambda s: [int(v) for v in s.split(",")], default=[2_000_000],
                     help="global points, comma list (default 2000000)")
     ap.add_argument("--d", type=int, default=128)
@@ -219,7 +219,7 @@ def main(argv=None) -> int:
         spawn(args.spawn, _run, args)
         return 0
     if "RANK" not in os.environ:
-        print("start this with torchrun --nproc_per_node=W -m kmeans_kernels.fit_distributed ..., or pass --spawn W")
+        print("start this with torchrun --nproc_per_node=W -m kmeans_kernels.lloyd_distributed ..., or pass --spawn W")
         return 2
     _run(args)
     return 0

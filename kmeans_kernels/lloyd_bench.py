@@ -1,8 +1,8 @@
 """Time `kmeans_kernels.fit` per Lloyd iteration against flashlib 0.4.0's k-means loop and a plain torch loop.
 
-    python -m kmeans_kernels.fit_bench                  # the 13 seed shapes (1M x 128 x 4096 among them)
-    python -m kmeans_kernels.fit_bench --quick          # 1M x 128 x 4096 and 65536 x 128 x 4096, fewer calls
-    python -m kmeans_kernels.fit_bench --shapes 1048576,128,4096 --kernels ours,flashlib --no-record
+    python -m kmeans_kernels.lloyd_bench                  # the 13 seed shapes (1M x 128 x 4096 among them)
+    python -m kmeans_kernels.lloyd_bench --quick          # 1M x 128 x 4096 and 65536 x 128 x 4096, fewer calls
+    python -m kmeans_kernels.lloyd_bench --shapes 1048576,128,4096 --kernels ours,flashlib --no-record
 
 Every contender runs a whole loop of --iters Lloyd iterations from the same initial centroids (K rows of x,
 drawn with a fixed seed) on bf16 randn data, called as a user calls it; a sample is one call's time (CUDA
@@ -29,7 +29,6 @@ match_rate: for each contender, one iteration from c0, the fraction of the first
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 
 import torch
@@ -43,7 +42,7 @@ SEEDS = (17, 29)
 CHECK_ROWS = 2048
 QUICK_SHAPES = [(1048576, 128, 4096), (65536, 128, 4096)]
 KERNELS = ("ours", "flashlib", "torch")
-_fit = importlib.import_module("kmeans_kernels.fit")
+from kmeans_kernels import lloyd as _fit
 
 
 def input_sets(N: int, D: int, K: int):
@@ -157,7 +156,7 @@ def summary(df):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m kmeans_kernels.fit_bench", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m kmeans_kernels.lloyd_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=None, help="'N,D,K;...' (default: the 13 seed shapes)")
     ap.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 3 timed calls")
     ap.add_argument("--kernels", default=",".join(KERNELS), help="comma list of ours, flashlib, torch")
