@@ -34,7 +34,8 @@ from IPython.display import Markdown, display
 
 from gemm_kernels import bench as gemm_bench
 from gemm_kernels import hopper, waves
-from workbook import explore, gpus, ncu, plots, pr, records
+from gemm_kernels import seeds as pr
+from workbook import explore, gpus, ncu, plots, records
 
 pd.set_option("display.width", 160)
 print(gpus.describe())
