@@ -204,8 +204,9 @@ def _schedule(work: Any, slots: int | None) -> list[list[tuple[float, float, str
 
 def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str | None = None,
                    source: str = "schedule computed in Python (not a measurement)", slot_label: str = "SM",
-                   time_label: str = "time (waves)") -> Figure:
-    """Which slot (SM, CTA pair) is busy when: x is the slot, y is time in waves, downward.
+                   time_label: str = "time (1 = one full item)") -> Figure:
+    """Which slot (SM, CTA pair) is busy when: x is the slot, y is time downward, in units of one full-size
+    item's run time.
 
     `work` is one of
       * an int: that many equal work items, item j on slot j % slots in wave j // slots (needs `slots`);
@@ -213,7 +214,8 @@ def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str |
       * a list, one per slot, of (start, duration[, label]) tuples in wave units: a Gantt chart, so a
         tile 192 wide next to 256-wide ones can be drawn 0.75 long. Items of one label share a colour.
     Busy time is filled; idle time up to the last slot's finish is hatched grey. The title line reports
-    the waves, and the fraction of slot-time that is busy."""
+    the waves (items per slot: 3.46 is three full waves and a last one 46 % full), the makespan (when the
+    last slot finishes: 4.00 for those 3.46 waves of equal items) and the fraction of slot-time that is busy."""
     schedule = _schedule(work, slots)
     n_slots = len(schedule)
     makespan = max(st + d for row in schedule for st, d, _ in row)
@@ -254,8 +256,8 @@ def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str |
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=16))
     ax.set_xlabel(f"{slot_label} index")
     ax.set_ylabel(time_label)
-    summary = (f"{n_items} work items on {n_slots} {slot_label}s: {makespan:.2f} waves, "
-               f"{slot_label}s busy {busy / (n_slots * makespan):.1%} of the time")
+    summary = (f"{n_items} work items on {n_slots} {slot_label}s = {n_items / n_slots:.2f} waves, makespan "
+               f"{makespan:.2f}; {slot_label}s busy {busy / (n_slots * makespan):.1%} of the time")
     ax.set_title(f"{title}\n{summary}" if title else summary, fontsize="medium")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     caption(ax, source)
