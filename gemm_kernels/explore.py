@@ -59,6 +59,7 @@ class Gemm(Problem):
     name = "GEMM"
     dims = (Dim("M", 4096, 256, 65536), Dim("N", 4096, 256, 65536, 8), Dim("K", 4096, 256, 65536, 8))
     table = "gemm"
+    baselines = (BASELINE,)
     model = "gemm_kernels.explore's wave model (the kernels' own work lists)"
 
     def check(self, shape, gpu):

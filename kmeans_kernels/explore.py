@@ -52,6 +52,7 @@ class KmeansAssign(Problem):
     dims = (Dim("N", 65536, 1024, 1 << 22), Dim("D", 128, 16, kmeans_kernels.D_MAX, kmeans_kernels.D_MULTIPLE),
             Dim("K", 4096, 128, 1 << 17))
     table = "kmeans_assign"
+    baselines = (BASELINE,)
     model = "kmeans_kernels.explore's wave model (128-point CTAs, real CTAs per SM)"
 
     def check(self, shape, gpu):
@@ -128,3 +129,19 @@ class KmeansAssign(Problem):
 
 
 KMEANS = KmeansAssign()
+
+
+def check_slots(norm_broadcast, wide, D: int = 128) -> str:
+    """Notebook 15's exercise: how many CTAs of each variant run at once on an H200 at this D (its slots)."""
+    want = {name: waves.slots for name in ("norm_broadcast", "wide")
+            for waves in [KMEANS.waves((65536, D, 4096), gpus.H200, name)]}
+    got = {"norm_broadcast": norm_broadcast, "wide": wide}
+    if any(v is None for v in got.values()):
+        return "Not answered yet: give the CTAs that run at once for norm_broadcast and for wide."
+    wrong = [name for name in got if got[name] != want[name]]
+    if not wrong:
+        return (f"Right: {want['norm_broadcast']} and {want['wide']}. The 64 x 128 accumulator leaves registers for "
+                f"two CTAs per SM; the 64 x 256 one of wide does not.")
+    if got["norm_broadcast"] == gpus.H200.sm_count:
+        return "norm_broadcast is not alone on its SM at this D: see hopper.ctas_per_sm."
+    return f"Not quite for {', '.join(wrong)}: slots = SMs x CTAs per SM (hopper.ctas_per_sm(D, block_n))."

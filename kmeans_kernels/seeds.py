@@ -207,3 +207,24 @@ def ours_latencies(measured: pd.DataFrame) -> tuple[dict[str, list[float]], pd.D
             ms = _at(run, r.N, r.D, r.K, kernel, variant)
             series[name].append(float("nan") if ms is None else ms)
     return series, run
+
+
+def check_geomean(answer) -> str:
+    """Notebook 14's exercise: the geometric-mean improvement (%) of the main table's 13 percentages. Says
+    whether `answer` is right (to 0.01 points), and if not, the slip it looks like."""
+    want = main_geomean_improvement()
+    if answer is None:
+        return "Not answered yet: compute it from seeds.main_table()['improvement_pct']."
+    try:
+        got = float(answer)
+    except (TypeError, ValueError):
+        return f"The answer is one number (percent), got {answer!r}."
+    if abs(got - want.recomputed) < 0.01:
+        return f"Right: {got:.2f}%, and the PR states {want.stated:.2f}%."
+    pct = main_table()["improvement_pct"]
+    if abs(got - pct.mean()) < 0.01:
+        return ("That is the arithmetic mean of the percentages. The PR's statistic is the geometric mean of the "
+                "speed ratios 1 + p/100, minus 1, in percent.")
+    if abs(got - (want.recomputed / 100 + 1)) < 1e-4:
+        return "That is the geometric-mean ratio itself: subtract 1 and give it in percent."
+    return "Not this one. Hint: take the 13 ratios 1 + p/100, their geometric mean, minus 1, times 100."

@@ -26,6 +26,7 @@ class Toy(explore.Problem):
             explore.Dim("C", 256, 16, 4096, 16))
     table = "toy"
     model = "the toy model"
+    baselines = ("vendor",)
     TILES = {"narrow": (64, 1), "wide": (128, 1), "twice per SM": (64, 2), "wide too": (128, 1)}
 
     def __init__(self, live=None):
@@ -264,7 +265,10 @@ def test_the_figure_marks_each_kind_and_does_not_let_a_slow_bar_squash_the_rest(
     ax = latency_axes(fig)
     assert ax.get_xscale() == "log"                          # 2 ms next to 0.05 ms: a log axis
     labels = {t.get_text() for t in ax.get_legend().get_texts()}
-    assert {"predicted", "recorded"} <= labels
+    assert {"predicted", "recorded", "recorded (baseline)"} <= labels
+    assert [r.origin for r in result.rows][-1] == "baseline"          # vendor: someone else's library, in grey
+    colours = {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches if not p.get_hatch()}
+    assert colours == {matplotlib.colors.to_hex("tab:blue"), matplotlib.colors.to_hex("0.6")}
     hatched = [p for p in ax.patches if p.get_hatch()]
     assert len(hatched) == sum(r.predicted_ms is not None for r in result.rows)
     assert len(fig.axes) == 1 + len(explore.distinct_waves(result)) == 1 + 3   # wide and wide too: one picture

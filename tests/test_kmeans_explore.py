@@ -116,3 +116,12 @@ def test_recorded_h200_numbers_of_a_seed_shape_come_from_one_run():
     if not recorded:
         pytest.skip("data/measured/h200/kmeans_assign.csv has no row of this shape")
     assert "one run" in result.run and result.run.count("date ") == 1 and ".." not in result.run
+
+
+def test_the_slots_exercise_checker():
+    from kmeans_kernels.explore import check_slots
+    assert check_slots(2 * H200.sm_count, H200.sm_count).startswith("Right")
+    assert check_slots(None, 1).startswith("Not answered")
+    assert "not alone" in check_slots(H200.sm_count, H200.sm_count)
+    assert check_slots(2 * H200.sm_count, 2 * H200.sm_count).startswith("Not quite for wide")
+    assert check_slots(H200.sm_count, H200.sm_count, D=384).startswith("Right")   # past D = 256: one CTA each

@@ -153,3 +153,11 @@ def test_ours_come_from_the_newest_run_that_timed_every_seed_shape(tmp_path):
 def test_without_a_complete_run_there_is_nothing_to_show(tmp_path):
     assert seeds.ours_step(records.read("h200", "kmeans_assign", root=tmp_path)).empty
     assert seeds.ours_latencies(records.read("h200", "kmeans_assign", root=tmp_path))[0] == {}
+
+
+def test_the_geomean_exercise_checker():
+    right = seeds.main_geomean_improvement().recomputed
+    assert seeds.check_geomean(right).startswith("Right") and seeds.check_geomean(None).startswith("Not answered")
+    assert "arithmetic mean" in seeds.check_geomean(seeds.main_table().improvement_pct.mean())
+    assert "subtract 1" in seeds.check_geomean(1 + right / 100)
+    assert seeds.check_geomean(right + 0.5).startswith("Not this one") and "one number" in seeds.check_geomean("x")

@@ -219,6 +219,8 @@ def test_grouped_bars_give_every_column_its_own_colour(rng):
     assert any(list(line.get_ydata()) == [989.0, 989.0] for line in ax.lines)
     assert caption(ax) == "Source: s"
     assert_not_blank(fig)
+    inside = plots.grouped_bars(frame.iloc[:, :3], title="t", source="s", ylabel="y", legend="inside").axes[0]
+    assert inside.get_legend()._loc == 2 and inside.get_ylim()[1] > 1.2 * frame.iloc[:, :3].max(axis=None)
     with pytest.raises(ValueError, match="non-empty"):
         plots.grouped_bars(pd.DataFrame(), title="t", source="s", ylabel="y")
 

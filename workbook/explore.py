@@ -44,7 +44,7 @@ MAX_ELEMENTS = 2**31 - 1       # what 32-bit indexing reaches: the kernels index
 @dataclass(frozen=True)
 class Dim:
     """One dimension of a problem shape: its name, the value the explorer starts at, the range it offers, and
-    the multiple the kernels need (16 for a k-means D, 8 for a GEMM's N and K, else 1)."""
+    the multiple the kernels need (16, say, where a tensor-core K step is 16 elements; else 1)."""
     name: str
     default: int
     low: int
@@ -142,6 +142,7 @@ class Problem(abc.ABC):
     table: str                         # its benchmark's table: data/measured/<gpu>/<table>.csv
     gpus: tuple[str, ...] = ("h200", "b200")
     model: str = "wave model"          # one line on what the prediction counts, for captions
+    baselines: tuple[str, ...] = ()    # configurations that are someone else's library (torch, cuBLAS)
 
     def shape(self, values: Sequence[int]) -> tuple[int, ...]:
         """`values` as a shape, or a ValueError in words for anything that is not one."""
@@ -244,7 +245,8 @@ def recorded_run(df: pd.DataFrame, dims: Sequence[str], shape: Sequence[int],
 
 # --------------------------------------------------------------------------------------------- results
 
-ORIGINS = ("ours", "recorded", "reference")   # a configuration of the problem; a recorded row only; published
+ORIGINS = ("ours", "baseline", "recorded", "reference")   # our configuration; a baseline configuration; a row
+                                                          # recorded beside them; someone else's published number
 
 
 @dataclass
@@ -412,7 +414,7 @@ class Explorer:
                 result.notes.append(f"{name} left out: {err}")
                 continue
             predicted = max(w.compute_ms(spec), roof.memory_ms) if w is not None else None
-            result.rows.append(Row(name, "ours", w, predicted_ms=predicted))
+            result.rows.append(Row(name, "baseline" if name in p.baselines else "ours", w, predicted_ms=predicted))
         self._add_recorded(result, offered, chosen)
         for ref in p.references(shape, spec):
             result.rows.append(Row(ref.name, "reference", recorded_ms=ref.ms, recorded_in=ref.source))
@@ -514,7 +516,8 @@ def _latency_panel(result: Result, ax, view: str) -> None:
     seen = set()
     height = 0.26
     for i, r in enumerate(rows):
-        recorded_kind = {"ours": "recorded", "recorded": "recorded (baseline)", "reference": "published"}[r.origin]
+        recorded_kind = {"ours": "recorded", "baseline": "recorded (baseline)", "recorded": "recorded (baseline)",
+                         "reference": "published"}[r.origin]
         bars = [(kind, _value(ms, result, view)) for kind, ms in
                 (("predicted", r.predicted_ms), (recorded_kind, r.recorded_ms), ("live", r.live_ms))]
         bars = [(kind, v) for kind, v in bars if v is not None]
@@ -610,7 +613,7 @@ def figure(result: Result, *, view: str = "ms", max_wave_panels: int = 3):
     ax = fig.add_subplot(grid[-1, :])
     _latency_panel(result, ax, view)
     plots.caption(ax, _sources(result))
-    more = f" ({len(tilings) - len(shown)} more tilings, not drawn)" if len(tilings) > len(shown) else ""
+    more = f" ({len(tilings) - len(shown)} more tilings, not drawn)" if 0 < len(shown) < len(tilings) else ""
     fig.suptitle(result.label + more, fontsize=11)
     return fig
 

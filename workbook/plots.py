@@ -298,17 +298,18 @@ def dumbbell(labels: Sequence[str], series: dict[str, Sequence[float]], *, ax=No
     ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[-1] in "25" else ""))
     ax.set_xlabel(xlabel)
     ax.grid(True, axis="x", which="both", alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right", frameon=True)
+    ax.legend(fontsize="small", loc="best", frameon=True)
     ax.set_title(title, fontsize="medium")
     caption(ax, source)
     return fig
 
 
 def grouped_bars(frame: pd.DataFrame, *, ax=None, title: str, source: str, ylabel: str, xlabel: str = "",
-                 fmt: str = "%.0f", reference: tuple[float, str] | None = None) -> Figure:
+                 fmt: str = "%.0f", reference: tuple[float, str] | None = None, legend: str = "right") -> Figure:
     """One group of bars per row of `frame` (its index labels the group), one bar per column, each column its
-    own colour (`distinct_colours`: no colour repeats, however many columns), its value printed on top.
-    `reference=(value, label)` adds a dashed horizontal line, e.g. a datasheet peak."""
+    own colour (`distinct_colours`: no colour repeats, however many columns), its value printed on top
+    (upright beside many bars). `reference=(value, label)` adds a dashed horizontal line, e.g. a datasheet
+    peak. `legend`: "right" of the axes or "inside" them (upper left)."""
     require_source(source)
     if not isinstance(frame, pd.DataFrame) or frame.empty:
         raise ValueError("grouped_bars needs a non-empty DataFrame: rows are groups, columns are bars")
@@ -318,7 +319,7 @@ def grouped_bars(frame: pd.DataFrame, *, ax=None, title: str, source: str, ylabe
     for i, (name, colour) in enumerate(zip(frame.columns, distinct_colours(n))):
         xs = [g + (i - (n - 1) / 2) * width for g in range(len(frame))]
         bars = ax.bar(xs, frame[name].to_numpy(dtype=float), width, label=str(name), color=colour)
-        ax.bar_label(bars, fmt=fmt, fontsize="xx-small", padding=1)
+        ax.bar_label(bars, fmt=fmt, fontsize="xx-small", padding=1, rotation=90 if n > 5 else 0)
     if reference is not None:
         ax.axhline(reference[0], color="k", ls="--", lw=1, label=reference[1])
     ax.set_xticks(range(len(frame)), [str(v) for v in frame.index])
@@ -326,6 +327,10 @@ def grouped_bars(frame: pd.DataFrame, *, ax=None, title: str, source: str, ylabe
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize="medium")
     ax.grid(True, axis="y", alpha=0.3)
-    ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1), frameon=False)
+    if legend == "inside":
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.25)          # room above the bars
+        ax.legend(fontsize="x-small", loc="upper left", frameon=False, ncols=2)
+    else:
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1), frameon=False)
     caption(ax, source)
     return fig
