@@ -311,3 +311,14 @@ def test_ui_shows_a_message_not_a_traceback_and_sweeps(tmp_path, capsys):
     go.click()
     printed = capsys.readouterr().out
     assert "Cannot explore" not in printed and "configuration" in printed
+
+
+def test_a_big_wave_picture_draws_each_slots_run_as_one_bar_and_keeps_its_shape():
+    gantt = [[(0.0, 1.0, "a"), (1.0, 1.0, "a"), (2.0, 0.75, "b"), (2.75, 0.75, "b")], [(0.5, 1.0, "a"), (2.0, 1.0, "a")]]
+    assert explore._merged(gantt) == [[(0.0, 2.0, "a"), (2.0, 1.5, "b")], [(0.5, 1.0, "a"), (2.0, 1.0, "a")]]
+
+
+def test_this_gpu_is_offered_first_and_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpus, "current", lambda device=None: gpus.H200)
+    gpu = explore.build_ui([explorer(tmp_path)]).children[2].children[0]
+    assert [v for _, v in gpu.options] == ["h200", "b200"] and gpu.options[0][0] == "this GPU: NVIDIA H200"

@@ -100,3 +100,19 @@ def test_b200_cubes_bring_seed_004s_numbers_labelled_as_theirs():
     assert refs["cuBLASLt top-8"].ms == pytest.approx(t.loc[size, "cublaslt_top8_us"] / 1e3)
     assert all(seeds.SEED_GEMM in r.source for r in refs.values())
     assert GEMM.references((size,) * 3, H200) == [] and GEMM.references((size, size, 2 * size), B200) == []
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_live_timings_on_this_gpu(monkeypatch):
+    """On an H200 (or B200) a configuration of ours and the baseline are timed now, by the bench's method (two,
+    to keep the GPU time short: every configuration's own correctness and timing are the bench's job)."""
+    monkeypatch.undo()                                  # the real gpus.current
+    here = gpus.current()
+    if here is None or here.key not in GEMM.gpus:
+        pytest.skip(f"no kernels for this GPU ({here})")
+    chosen = [bench.DEFAULT_VARIANT, BASELINE] if here.key == "h200" else None
+    result = explore.Explorer(GEMM).explore((4096, 4096, 4096), here.key, chosen)
+    timed = {r.name: r.live_ms for r in result.rows if r.origin in ("ours", "baseline")}
+    assert timed and all(ms is not None and 0 < ms < 1e3 for ms in timed.values()), timed
+    assert result.winner_basis == "measured live on this GPU"

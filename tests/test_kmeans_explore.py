@@ -125,3 +125,19 @@ def test_the_slots_exercise_checker():
     assert "not alone" in check_slots(H200.sm_count, H200.sm_count)
     assert check_slots(2 * H200.sm_count, 2 * H200.sm_count).startswith("Not quite for wide")
     assert check_slots(H200.sm_count, H200.sm_count, D=384).startswith("Right")   # past D = 256: one CTA each
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_live_timings_on_this_gpu(monkeypatch):
+    """On an H200 (or B200) a configuration of ours and the baseline are timed now, by the bench's method (two,
+    to keep the GPU time short: every configuration's own correctness and timing are the bench's job)."""
+    monkeypatch.undo()                                  # the real gpus.current
+    here = gpus.current()
+    if here is None or here.key not in KMEANS.gpus:
+        pytest.skip(f"no kernels for this GPU ({here})")
+    chosen = ["norm_broadcast", BASELINE]
+    result = explore.Explorer(KMEANS).explore((65536, 128, 4096), here.key, chosen)
+    timed = {r.name: r.live_ms for r in result.rows if r.origin in ("ours", "baseline")}
+    assert timed and all(ms is not None and 0 < ms < 1e3 for ms in timed.values()), timed
+    assert result.winner_basis == "measured live on this GPU"

@@ -712,9 +712,9 @@ def build_ui(explorers: Sequence[Explorer], *, gpus_offered: Sequence[str] | Non
         for box, d in zip(dims, p.dims):
             box.min, box.max = 1, d.high
             box.description, box.value, box.step = d.name, d.default, d.multiple
-        offered = [(gpus.get(g).name, g) for g in (gpus_offered or p.gpus)]
-        if here is not None and here.key in (gpus_offered or p.gpus):
-            offered.insert(0, (f"this GPU: {here.name}", here.key))
+        offered = [((f"this GPU: {here.name}" if here is not None and here.key == g else gpus.get(g).name), g)
+                   for g in (gpus_offered or p.gpus)]
+        offered.sort(key=lambda option: not option[0].startswith("this GPU"))
         gpu.options = offered
         gpu.value = offered[0][1]
         sweep_dim.options = [d.name for d in p.dims]
