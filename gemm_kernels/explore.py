@@ -23,6 +23,26 @@ BASELINE = "torch.matmul"
 K_BLOCK = 64          # K per pipeline stage on both architectures
 
 
+# What this module needs of the kernels, in one place: the named configurations of an arch (name -> (gemm
+# function, its keyword arguments), the benchmark's own table), and each one's work list as the kernel plans it.
+
+def _named(arch: str) -> dict:
+    return bench.configs(arch)
+
+
+def _work_list(M: int, N: int, gpu, configuration: str):
+    """(the planner's Plan of this configuration's run, what one slot is, whether the tail is stream-K)."""
+    _, kw = _named(gpu.arch)[configuration]
+    if gpu.arch == "sm_90a":
+        from gemm_kernels import hopper
+        cluster = kw.get("cluster_m", hopper.DEFAULT_CLUSTER_M)
+        plan = hopper.plan_for(M, N, (kw.get("tile") or hopper.DEFAULT_TILE)[1], kw.get("schedule", "balanced"), gpu,
+                               cluster, kw.get("epilogue", "register"), kw.get("narrow_ns"))
+        return plan, "CTA pair (cluster of 2)" if cluster == 2 else "SM", kw.get("stream_k", False)
+    from gemm_kernels import blackwell
+    return blackwell.plan(M, N, schedule=kw.get("schedule", "uniform")), "CTA pair", False
+
+
 def _k_blocks(K: int) -> int:
     return math.ceil(K / K_BLOCK)
 
@@ -81,29 +101,17 @@ class Gemm(Problem):
         return (M * K + K * N + M * N) * 2
 
     def configurations(self, gpu):
-        return [*bench.configs(gpu.arch), BASELINE]
+        return [*_named(gpu.arch), BASELINE]
 
     def describe(self, configuration, gpu):
-        if configuration == BASELINE:
-            return "cuBLAS"
-        _, kwargs = bench.configs(gpu.arch)[configuration]
-        return ", ".join(f"{k}={v}" for k, v in kwargs.items())
+        return "cuBLAS" if configuration == BASELINE else str(_named(gpu.arch)[configuration][1])
 
     def waves(self, shape, gpu, configuration) -> Waves | None:
         if configuration == BASELINE:
             return None                     # cuBLAS's tiles are not ours to model
         M, N, K = shape
-        _, kw = bench.configs(gpu.arch)[configuration]
-        if gpu.arch == "sm_90a":
-            from gemm_kernels import hopper
-            cluster = kw.get("cluster_m", hopper.DEFAULT_CLUSTER_M)
-            tile_n = (kw.get("tile") or hopper.DEFAULT_TILE)[1]
-            plan = hopper.plan_for(M, N, tile_n, kw.get("schedule", "balanced"), gpu, cluster,
-                                   kw.get("epilogue", "register"), kw.get("narrow_ns"))
-            return _from_plan(plan, K, "CTA pair (cluster of 2)" if cluster == 2 else "SM",
-                              stream_k=kw.get("stream_k", False))
-        from gemm_kernels import blackwell
-        return _from_plan(blackwell.plan(M, N, schedule=kw.get("schedule", "uniform")), K, "CTA pair")
+        plan, slot, stream_k = _work_list(M, N, gpu, configuration)
+        return _from_plan(plan, K, slot, stream_k)
 
     def references(self, shape, gpu):
         """Seed 004's B200 table, where the shape is one of its cubes."""
@@ -127,7 +135,7 @@ class Gemm(Problem):
         if configuration == BASELINE:
             fn = torch.matmul
         else:
-            chosen = bench.configs(arch_of(torch.device("cuda")))
+            chosen = _named(arch_of(torch.device("cuda")))
             if configuration not in chosen:
                 return None
             gemm, kw = chosen[configuration]
