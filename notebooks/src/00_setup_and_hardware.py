@@ -27,6 +27,7 @@ import torch
 from IPython.display import display
 
 from workbook import gpus, launch, plots, records, sass, timing
+from workbook.primer import vector_add as demo
 
 print(gpus.describe())
 
@@ -73,11 +74,11 @@ with pd.option_context("display.max_colwidth", None):
 #
 # A CuTe DSL program has two halves. The `@cute.kernel` function is the **device code**: every thread runs it, once.
 # The `@cute.jit` function is the **host code** that launches it: here, one block of 128 threads per 128 elements.
-# Both live in `workbook/sass.py`, because CuTe DSL compiles only functions whose source is in a file.
+# Both live in `workbook/primer/vector_add.py`, because CuTe DSL compiles only functions whose source is in a file.
 
 # %%
-print(inspect.getsource(sass._vector_add_kernel))
-print(inspect.getsource(sass.vector_add))
+print(inspect.getsource(demo.vector_add_kernel))
+print(inspect.getsource(demo.vector_add))
 
 # %% [markdown]
 # ## Compiling for a GPU that is not here
@@ -97,7 +98,7 @@ from cutlass.cute.runtime import make_fake_compact_tensor
 n = cute.sym_int32()
 args = [make_fake_compact_tensor(cutlass.Float32, (n,)) for _ in range(3)]  # a, b, out: float32 of length n
 ARCHS = ("sm_90a", "sm_100a")
-art = {arch: sass.compile_for(sass.vector_add, *args, arch=arch) for arch in ARCHS}
+art = {arch: sass.compile_for(demo.vector_add, *args, arch=arch) for arch in ARCHS}
 for arch, a in art.items():
     print(f"{arch}: {len(a.ptx.splitlines())} lines of PTX, a {len(a.cubin):,}-byte cubin, "
           f"{len(sass.instructions(a.sass))} SASS instructions")
@@ -202,7 +203,7 @@ plt.show()
 # %%
 from cutlass.cute.runtime import from_dlpack
 
-static = sass.compile_for(sass.vector_add, *[from_dlpack(torch.zeros(1000)) for _ in range(3)], arch="sm_90a")
+static = sass.compile_for(demo.vector_add, *[from_dlpack(torch.zeros(1000)) for _ in range(3)], arch="sm_90a")
 for label, a in (("symbolic n", art["sm_90a"]), ("n = 1000", static)):
     (check,) = [i for i in sass.instructions(a.sass) if i.base == "ISETP"]
     print(f"{label:>10}: {check}")
@@ -221,7 +222,7 @@ if here is not None and here.family in ARCH_OF_FAMILY:
     a, b = torch.randn(100_000, device="cuda"), torch.randn(100_000, device="cuda")
     out = torch.empty_like(a)
     tensors = [from_dlpack(t) for t in (a, b, out)]
-    live = sass.compile_for(sass.vector_add, *tensors, arch=ARCH_OF_FAMILY[here.family])
+    live = sass.compile_for(demo.vector_add, *tensors, arch=ARCH_OF_FAMILY[here.family])
     live.compiled(*tensors)
     torch.cuda.synchronize()
     print(f"ran on {here.name}: out == a + b is {torch.equal(out, a + b)}")

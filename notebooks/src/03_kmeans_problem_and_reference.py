@@ -28,7 +28,8 @@ import torch
 from IPython.display import display
 
 from kmeans_kernels import reference
-from workbook import gpus, plots, pr
+from kmeans_kernels import seeds as pr
+from workbook import gpus, plots
 
 print(gpus.describe())
 
