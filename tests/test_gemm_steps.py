@@ -1,0 +1,307 @@
+"""The GEMM walkthrough's step kernels (gemm_kernels/steps): what each compiles to (CPU, no GPU needed) and
+what it computes (GPU, marked `gpu`, on an H100/H200).
+
+CPU: every step is compiled for sm_90a at a shape drawn at random (tails in M, N, K), and its SASS must show
+the step's idea: step 1 stores c through stmatrix + TMA store and no STG; steps 2-4 store with 128-bit STG only,
+with the quad transpose's butterfly shuffles; the launch shared memory is exactly the stage arithmetic of
+gemm_kernels.stages (so the ring depth is what the docstring says); WGMMAs stay pipelined (one wait in the
+loop, one after it, per K-loop copy); nothing spills. Step 4's work list covers c exactly once and keeps the
+planner's makespan.
+GPU: exact on small integers (tails included), random inputs within the bf16 band of fp32 torch, every output
+element written (poisoned with NaN first), fp16, every narrow width of step 4, clear errors.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import random
+
+import pytest
+import torch
+
+from gemm_kernels import stages as stages_lib
+from gemm_kernels import waves
+from gemm_kernels.steps import common, evidence
+from gemm_kernels.steps import step1_four_stages as step1
+from gemm_kernels.steps import step2_register_epilogue as step2
+from gemm_kernels.steps import step3_more_stages as step3
+from gemm_kernels.steps import step4_persistent_wave_tail as step4
+from workbook import gpus, sass
+
+KIB = 1024
+STEPS = {"step1": step1, "step2": step2, "step3": step3, "step4": step4}
+IS_HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+needs_hopper = pytest.mark.skipif(not IS_HOPPER, reason="needs an H100/H200 (sm_90a)")
+
+
+def random_shape(rng: random.Random, step: str) -> tuple[int, int, int]:
+    """M any, N and K multiples of 8 (the alignment rule), mostly not multiples of the tile. For step 4, near
+    4096^2, where the balanced plan has narrow items (so its build has both widths)."""
+    if step == "step4":
+        return rng.randint(3969, 4096), 8 * rng.randint(481, 512), 8 * rng.randint(1, 100)
+    return rng.randint(1, 1500), 8 * rng.randint(1, 200), 8 * rng.randint(1, 100)
+
+
+@functools.lru_cache(maxsize=None)
+def built(step: str, dtype=torch.bfloat16, **kw):
+    """One compile per step and options per session, at a random shape (the kernels are shape-generic)."""
+    return STEPS[step].compile(*random_shape(random.Random(), step), dtype=dtype, **kw)
+
+
+def facts(step: str, **kw) -> dict:
+    return evidence.facts(built(step, **kw))
+
+
+# ------------------------------------------------------------------------------------------- CPU: SASS
+
+@pytest.mark.parametrize("step,tile_n", [("step1", 256), ("step2", 256), ("step3", 128), ("step4", 256)])
+def test_each_step_issues_wgmma_of_its_tile_fed_by_tma_without_spills(step, tile_n):
+    f = facts(step)
+    assert f"64x{tile_n}x16" in f["MMA"], f
+    assert f["UTMALDG"] > 0 and f["spills (LDL+STL)"] == 0, f
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_wgmmas_stay_pipelined(step):
+    """One wait_group(1) in each K loop and one wait_group(0) after it: ptxas serializing the WGMMAs would give
+    every HGMMA its own WARPGROUP.DEPBAR. Step 4's balanced build has two K-loop copies (two widths)."""
+    loops = 2 if step == "step4" else 1
+    assert facts(step)["WARPGROUP.DEPBAR"] == 2 * loops
+
+
+def test_step1_stores_c_through_shared_memory_and_tma():
+    f = facts("step1")
+    assert f["STSM"] > 0 and f["UTMASTG"] == 256 // 32, f     # one TMA store per 32-column sub-tile
+    assert f["STG.E.128"] == 0 and f["other STG"] == 0 and f["SHFL.BFLY"] == 0, f
+
+
+@pytest.mark.parametrize("step,tile_n", [("step2", 256), ("step3", 128), ("step4", 256)])
+def test_register_steps_store_128_bits_from_registers(step, tile_n):
+    f = facts(step)
+    assert f["STSM"] == 0 and f["UTMASTG"] == 0 and f["other STG"] == 0, f
+    # one 16-byte store per row half and 32 columns; 2 shuffle steps x 2 word pairs per store
+    assert f["STG.E.128"] == 2 * tile_n // 32 and f["SHFL.BFLY"] == 4 * 2 * tile_n // 32, f
+    assert f["BAR.SYNC"] <= 1, "only the pipeline's one-time barrier: no epilogue barriers"
+
+
+@pytest.mark.parametrize("step,tile_n,epilogue,stages", [("step1", 256, "staged", 4), ("step2", 256, "register", 4),
+                                                         ("step3", 128, "register", 7), ("step4", 256, "register", 4)])
+def test_launch_shared_memory_is_the_stage_arithmetic(step, tile_n, epilogue, stages):
+    extra = dict(epilogue_tile=(128, step1.EPI_N), epilogue_buffers=step1.EPI_BUFFERS) if epilogue == "staged" else {}
+    budget = stages_lib.stages((128, tile_n, 64), epilogue, "sm_90a", **extra)
+    assert budget.stages == stages                  # the most that fit...
+    f = facts(step)
+    assert f["mbarriers"] == 2 * stages             # ... is the ring each build has (full + empty per stage)
+    assert f["smem KiB"] * KIB == stages * budget.stage_bytes + budget.epilogue_bytes + budget.reserved_bytes
+
+
+def test_step3_buys_the_seventh_stage_only_on_the_narrow_tile():
+    assert facts("step3")["mbarriers"] == 2 * 7 and facts("step3")["smem KiB"] == 225
+    wide = facts("step3", tile_n=256)
+    assert wide["mbarriers"] == 2 * 4 and wide["smem KiB"] == 4 * 48 + 1     # a 48 KiB stage: still 4
+    assert facts("step2")["smem KiB"] == 193 and facts("step1")["smem KiB"] == 209   # 16 KiB freed, no stage
+
+
+def test_fp16_builds_issue_fp16_wgmma():
+    # nvdisasm names the bf16 WGMMA HGMMA.<shape>.F32.BF16 and the fp16 one (the default) HGMMA.<shape>.F32
+    for step in ("step1", "step4"):
+        for dtype, suffix in ((torch.float16, ".F32"), (torch.bfloat16, ".F32.BF16")):
+            mma = {op for op in sass.histogram(built(step, dtype=dtype).sass) if op.startswith("HGMMA")}
+            assert mma and all(op.endswith(suffix) for op in mma), mma
+
+
+def test_step4_balanced_build_has_both_widths():
+    for M, N in ((4096, 4096), (2560, 7168)):
+        narrow = step4.plan(M, N, gpu=gpus.H200).narrow
+        f = evidence.facts(step4.compile(M, N, 512))
+        assert f["MMA"] == f"64x{narrow}x16, 64x256x16", f
+    assert evidence.facts(step4.compile(4096, 4096, 512, schedule="uniform"))["MMA"] == "64x256x16"
+
+
+@pytest.mark.parametrize("call,match", [
+    (lambda s: s.compile(64, 60, 64), "multiples of 8"),
+    (lambda s: s.compile(64, 64, 12), "multiples of 8"),
+    (lambda s: s.compile(0, 64, 64), "M must be"),
+    (lambda s: s.compile(2**31, 64, 64), "M must be"),
+    (lambda s: s.compile(64, 64, 64, arch="sm_100a"), "Hopper"),
+    (lambda s: s.compile(64, 64, 64, tile_n=192), "tile_n"),
+    (lambda s: s.compile(64, 64, 64, stages=9), "do not fit"),
+    (lambda s: s.compile(64, 64, 64, dtype=torch.float32), "take"),
+])
+@pytest.mark.parametrize("step", list(STEPS))
+def test_compile_rejects_what_a_step_cannot_take(step, call, match):
+    with pytest.raises(ValueError, match=match):
+        call(STEPS[step])
+
+
+def test_quad_transpose_moves_each_lanes_column_to_it(monkeypatch):
+    # the shuffle network on 4 simulated lanes at once: a "register" is an array of the 4 lanes' values
+    import numpy as np
+    q = np.arange(4)
+    monkeypatch.setattr(step2.cute.arch, "shuffle_sync_bfly", lambda x, offset: x[q ^ offset])
+    monkeypatch.setattr(step2.cutlass, "select_", lambda c, a, b: np.where(c, a, b))
+    W = np.random.default_rng().integers(0, 2**31, size=(4, 4))      # W[lane, t]: lane q starts with row q
+    out = step2.quad_transpose([W[:, t] for t in range(4)], q)
+    assert np.array_equal(np.stack(out, axis=1), W.T)
+
+
+# ------------------------------------------------------------------------------------------- CPU: step 4's plan
+
+@pytest.mark.parametrize("M,N", [(4096, 4096), (2560, 7168), (1000, 1032), (8192, 8192), (77, 8)])
+@pytest.mark.parametrize("schedule", step4.SCHEDULES)
+def test_work_list_covers_c_once_and_keeps_the_planners_makespan(M, N, schedule):
+    plan = step4.plan(M, N, schedule=schedule, gpu=gpus.H200)
+    work = step4.work_list(plan)
+    assert sorted(work) == sorted(map(tuple, plan.items))
+    covered = torch.zeros(M, N, dtype=torch.int32)
+    for m0, n0, w in work:
+        covered[m0:m0 + step4.TILE_M, n0:n0 + w] += 1
+    assert bool((covered == 1).all())
+    # the kernel's static walk: slot s runs items s, s + slots, ...
+    ends = [sum(w for _, _, w in work[s::plan.slots]) for s in range(plan.slots)]
+    assert max(ends) / plan.wide == pytest.approx(plan.makespan)
+    assert all(w == plan.wide for _, _, w in work[:len(work) - sum(w != plan.wide for _, _, w in work)])
+
+
+def test_planner_fills_the_last_wave_at_4096_squared():
+    uniform = step4.plan(4096, 4096, schedule="uniform", gpu=gpus.H200)
+    balanced = step4.plan(4096, 4096, gpu=gpus.H200)
+    assert (len(uniform.items), uniform.slots, round(uniform.waves, 2), uniform.makespan) == (512, 132, 3.88, 4.0)
+    assert balanced.narrow == 240 and len(balanced.items) == 4 * 132
+    assert balanced.makespan == pytest.approx(3 + 240 / 256)
+
+
+# ------------------------------------------------------------------------------------------- CPU: evidence
+
+def test_16x256b_fragment_is_the_wgmma_accumulator_layout():
+    """Why seed 004's Blackwell epilogue shuffles exactly as step 2 does: tcgen05.ld.16x256b hands each lane the
+    columns and rows a Hopper WGMMA leaves it, register for register."""
+    for lane, reg in itertools.product(range(32), range(64)):
+        assert evidence.fragment_16x256b(lane, reg) == evidence.wgmma_fragment(lane, reg)
+    assert evidence.fragment_16x256b(5, 0) == (1, 2) and evidence.fragment_16x256b(5, 7) == (9, 11)
+
+
+def test_blackwell_evidence_reads_the_production_builds():
+    from gemm_kernels import blackwell
+    reg = evidence.blackwell_epilogue(blackwell.compile_gemm(4096, 4096, 4096, epilogue="register"))
+    staged = evidence.blackwell_epilogue(blackwell.compile_gemm(4096, 4096, 4096, epilogue="staged"))
+    for e in (reg, staged):
+        assert e["tcgen05.ld (PTX)"] and e["LDTM (SASS)"].startswith("LDTM"), e
+    assert reg["STG.E.128 (SASS)"] > 0 and reg["st.global.v4 (PTX)"] == reg["STG.E.128 (SASS)"], reg
+    assert reg["UTMASTG (SASS)"] == 0 and reg["STSM / STS.128 (SASS)"] == 0, reg
+    assert staged["STG.E.128 (SASS)"] == 0 and staged["UTMASTG (SASS)"] > 0, staged
+    # ours loads one TMEM lane (one row of c) per thread: no transpose, so no butterfly shuffle
+    assert reg["tcgen05.ld (PTX)"].startswith("32x32b") and reg["SHFL.BFLY (SASS)"] == 0
+
+
+def test_launch_smem_refuses_a_build_it_cannot_read():
+    class Fake:
+        class compiled:
+            ir_module = "%1 = llvm.mlir.constant(65536 : i64) : i64\n%2 = llvm.mlir.constant(98304 : i64) : i64\n" \
+                        "llvm.store %1, %9\nllvm.store %2, %9\n"
+    with pytest.raises(ValueError, match="one launch"):
+        evidence.launch_smem_bytes(Fake)
+
+
+# ------------------------------------------------------------------------------------------- GPU
+
+def fp32_reference(a, b):
+    return a.float() @ b.float()
+
+
+def small_integers(M, N, K, dtype=torch.bfloat16):
+    """|a|, |b| <= 3 and K <= 1024: every partial sum is an integer below 2^24, exact in fp32, so the result
+    rounds once, to the output dtype, as the reference does."""
+    g = torch.Generator(device="cuda").manual_seed(random.randrange(2**31))
+    a = torch.randint(-3, 4, (M, K), device="cuda", generator=g).to(dtype)
+    b = torch.randint(-3, 4, (K, N), device="cuda", generator=g).to(dtype)
+    return a, b
+
+
+GPU_SHAPES = [(1000, 1032, 776), (128, 256, 64), (1, 8, 8), (77, 8, 8), (129, 264, 72), (2048, 5120, 512),
+              (2560, 7168, 256), (4000, 4000, 264)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("M,N,K", GPU_SHAPES)
+@pytest.mark.parametrize("step", list(STEPS))
+def test_small_integers_are_exact_and_every_element_is_written(step, M, N, K):
+    a, b = small_integers(M, N, K)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    c = STEPS[step].gemm(a, b, out=out)
+    assert c is out
+    assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("step", list(STEPS))
+@pytest.mark.parametrize("M,N,K", [(1000, 1032, 776), (2048, 2048, 4096)])
+def test_random_inputs_match_fp32_torch(step, M, N, K):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    c = STEPS[step].gemm(a, b)
+    ref = fp32_reference(a, b)
+    assert torch.isfinite(c).all()
+    assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("step", list(STEPS))
+def test_fp16_in_fp16_out(step):
+    a, b = small_integers(1000, 1032, 776, torch.float16)
+    c = STEPS[step].gemm(a, b)
+    assert c.dtype == torch.float16 and torch.equal(c, fp32_reference(a, b).half())
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("tile_n", [128, 256])
+@pytest.mark.parametrize("step", ["step1", "step2", "step3", "step4"])
+def test_both_tile_widths(step, tile_n):
+    a, b = small_integers(1000, 1032, 520)
+    assert torch.equal(STEPS[step].gemm(a, b, tile_n=tile_n), fp32_reference(a, b).to(torch.bfloat16))
+
+
+def shape_for_narrow(width: int, tile_n: int = 256):
+    """(M, N) whose balanced plan on this GPU re-cuts into `width`-wide tiles, with M and N tails."""
+    for M, N in itertools.product(range(1000, 9000, 136), range(2056, 9000, 264)):
+        if step4.plan(M, N, tile_n=tile_n).narrow == width:
+            return M, N
+    pytest.skip(f"no shape in the search grid re-cuts into {width}-wide tiles on this GPU")
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("tile_n,width", [(256, w) for w in waves.narrow_widths(256, multiple_of=16)]
+                         + [(128, w) for w in waves.narrow_widths(128, multiple_of=16)])
+def test_step4_every_narrow_width_is_exact(tile_n, width):
+    """The narrow WGMMA reads the first `width` columns of the wide B stage and its stores stop at the item's
+    edge: a narrow item must neither miss its own columns nor write over its right neighbour's."""
+    M, N = shape_for_narrow(width, tile_n)
+    a, b = small_integers(M, N, 136)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    step4.gemm(a, b, out=out, tile_n=tile_n)
+    assert torch.equal(out, fp32_reference(a, b).to(torch.bfloat16))
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("step", list(STEPS))
+def test_gpu_input_errors(step):
+    gemm = STEPS[step].gemm
+    a = torch.zeros(64, 64, device="cuda", dtype=torch.bfloat16)
+    for bad, match in (((a.float(), a.float()), "take|bfloat16|float16"), ((a, a.half()), "must be"),
+                       ((a, torch.zeros(32, 64, device="cuda", dtype=torch.bfloat16)), "inner dimensions"),
+                       ((a, torch.zeros(64, 60, device="cuda", dtype=torch.bfloat16)), "multiples of 8"),
+                       ((a[:, :56], a[:56]), "contiguous"), ((a.cpu(), a.cpu()), "CUDA"),
+                       ((torch.zeros(64 * 64 + 4, device="cuda", dtype=torch.bfloat16)[4:].view(64, 64), a),
+                        "16-byte")):
+        with pytest.raises(ValueError, match=match):
+            gemm(*bad)
+    with pytest.raises(ValueError, match="out must be"):
+        gemm(a, a, out=torch.empty(64, 32, device="cuda", dtype=torch.bfloat16))
+    assert common.ALIGN == 8
