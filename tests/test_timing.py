@@ -345,6 +345,11 @@ def test_compare_frame_goes_into_records(tmp_path):
     assert row.ratio == pytest.approx(0.5) and row.match_rate == 0.5 and row.tflops == pytest.approx(4.0)
     flash = df[(df.kernel == "flashlib") & (df.timing == "latency")].iloc[0]
     assert flash.vs == "ours/step2" and flash.ratio == pytest.approx(4.0)
+    assert row.ms_lo == pytest.approx(0.5) and row.ms_hi == pytest.approx(0.5)
+    also = cmp.frame(also={"flashlib": ("flashlib", "cute"), "absent": "nobody"})
+    first = also[(also.variant == "step1") & (also.timing == "kernel")].iloc[0]
+    assert first.ratio_flashlib == pytest.approx(0.5) and math.isnan(first.ratio_absent_hi)
+    assert cmp.interval("ours/step1").value == pytest.approx(1.0)
     target = records.append("cpu", "steps", df, root=tmp_path)
     back = records.read("cpu", "steps", root=tmp_path)
     assert len(back) == 6 and "ratio_lo" in back.columns and target.exists()

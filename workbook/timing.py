@@ -384,12 +384,21 @@ class Comparison:
         mine, theirs = self.per_round[timing][name], self.per_round[timing][against]
         return ratio_of([a / b for a, b in zip(mine, theirs)])
 
+    def interval(self, name: Any, timing: str = KERNEL) -> Ratio:
+        """The median over rounds of `name`'s per-round time (ms) with its bootstrap 95 % interval (a Ratio's
+        fields, read as milliseconds)."""
+        _check_timing(timing, self.per_round)
+        return ratio_of(self.per_round[timing][name])
+
     def frame(self, columns: Mapping[str, Any] | None = None, *, against: Mapping[Any, Any] | None = None,
-              flops: float = 0.0, match_rate: Mapping[Any, float] | float = 1.0,
+              also: Mapping[str, Any] | None = None, flops: float = 0.0,
+              match_rate: Mapping[Any, float] | float = 1.0,
               identity: Callable[[Any], tuple[str, str]] | None = None):
         """One row per contender and timing, ready for `workbook.records.append`: kernel, variant, timing,
-        the constant `columns` (a shape: N, D, K), ms_median/min/max, tflops (of `flops` per call), match_rate,
-        and the ratio to `against[name]` (default: the baseline) with its interval, verdict and rounds.
+        the constant `columns` (a shape: N, D, K), ms_median/min/max over all samples, ms_lo/ms_hi (the 95 %
+        interval of the median over rounds), tflops (of `flops` per call), match_rate, and the ratio to
+        `against[name]` (default: the baseline) with its interval, verdict and rounds. `also={label: other}`
+        adds ratio_<label>, ratio_<label>_lo, ratio_<label>_hi against `other` (NaN if it was not compared).
         `identity(name) -> (kernel, variant)`; by default "kernel/variant" names are split at the first "/",
         a tuple name is taken as is, and any other name becomes (name, "")."""
         import pandas as pd
@@ -399,14 +408,20 @@ class Comparison:
             kernel, variant = identity(name)
             ref = (against or {}).get(name, self.baseline)
             for timing in self.per_round:
-                t = self.timing(name, timing)
+                t, ms = self.timing(name, timing), self.interval(name, timing)
                 r = self.ratio(name, timing, against=ref)
                 rate = match_rate.get(name, 1.0) if isinstance(match_rate, Mapping) else match_rate
-                rows.append({"kernel": kernel, "variant": variant, "timing": timing, **(columns or {}),
-                             "ms_median": t.ms_median, "ms_min": t.ms_min, "ms_max": t.ms_max,
-                             "tflops": t.tflops(flops) if flops else 0.0, "match_rate": float(rate),
-                             "vs": "/".join(identity(ref)).strip("/"), "ratio": r.value, "ratio_lo": r.lo,
-                             "ratio_hi": r.hi, "verdict": r.verdict, "rounds": r.rounds, "calls": self.calls})
+                row = {"kernel": kernel, "variant": variant, "timing": timing, **(columns or {}),
+                       "ms_median": t.ms_median, "ms_min": t.ms_min, "ms_max": t.ms_max, "ms_lo": ms.lo,
+                       "ms_hi": ms.hi, "tflops": t.tflops(flops) if flops else 0.0, "match_rate": float(rate),
+                       "vs": "/".join(identity(ref)).strip("/"), "ratio": r.value, "ratio_lo": r.lo,
+                       "ratio_hi": r.hi, "verdict": r.verdict, "rounds": r.rounds, "calls": self.calls}
+                for label, other in (also or {}).items():
+                    o = self.ratio(name, timing, against=other) if other in self.names else None
+                    row.update({f"ratio_{label}": o.value if o else math.nan,
+                                f"ratio_{label}_lo": o.lo if o else math.nan,
+                                f"ratio_{label}_hi": o.hi if o else math.nan})
+                rows.append(row)
         return pd.DataFrame(rows)
 
     def __str__(self) -> str:
