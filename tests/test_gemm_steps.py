@@ -21,7 +21,10 @@ import torch
 
 from gemm_kernels import stages as stages_lib
 from gemm_kernels import waves
-from gemm_kernels.steps import common, evidence
+import pandas as pd
+
+from gemm_kernels import steps
+from gemm_kernels.steps import bench, common, evidence, exercises, figures
 from gemm_kernels.steps import step1_four_stages as step1
 from gemm_kernels.steps import step2_register_epilogue as step2
 from gemm_kernels.steps import step3_more_stages as step3
@@ -201,6 +204,112 @@ def test_launch_smem_refuses_a_build_it_cannot_read():
                         "llvm.store %1, %9\nllvm.store %2, %9\n"
     with pytest.raises(ValueError, match="one launch"):
         evidence.launch_smem_bytes(Fake)
+
+
+# ------------------------------------------------------------------------------------------- CPU: exercises
+
+@pytest.mark.parametrize("name", sorted(exercises.QUESTIONS))
+def test_exercise_checkers_accept_the_librarys_answer_and_hint_otherwise(name):
+    right = exercises._answer(name)
+    assert exercises.check(name, right) and "correct" in str(exercises.check(name, right))
+    wrong = {"stages": 4, "stage_gain": {64, 128, 192}, "waves": (3.88, 4.0), "balance": (240, 3.25)}[name]
+    result = exercises.check(name, wrong)
+    assert not result and result.message == exercises.HINTS[name]
+    assert str(right) not in result.message                     # the hint never gives the answer away
+    assert exercises.question(name) and str(right).split(":")[0] in exercises.solution(name)
+
+
+def test_exercise_answers_follow_the_arithmetic():
+    assert exercises._answer("stages") == 5                     # 5 x 40 + 16 + 1 <= 227 < 6 x 40 + 17
+    assert exercises._answer("stage_gain") == {64, 128}
+    assert exercises._answer("waves") == (3.15, 4.0)           # 416 tiles on 132 SMs
+    assert exercises._answer("balance") == (192, 3.25)
+    assert not exercises.check("stages", True) and not exercises.check("waves", 3.15)
+    with pytest.raises(ValueError, match="no exercise"):
+        exercises.check("nope", 1)
+
+
+# ------------------------------------------------------------------------------------------- CPU: harness
+
+def cpu_rows(rounds=3):
+    """gemm_steps rows measured on the host (perf_counter: only to test the harness) for two fake steps."""
+    sets = [(torch.randn(64, 32), torch.randn(32, 48)) for _ in range(3)]
+    fns = {("ours", "step1_four_stages"): torch.matmul,
+           ("ours", "step2_register_epilogue"): lambda a, b: torch.matmul(a, b) * 1.0,
+           bench.TORCH: torch.matmul}
+    return bench.measure(64, 48, 32, fns, rounds=rounds, calls=2, sets=sets)
+
+
+def test_bench_rows_carry_both_timings_and_ratios_to_the_previous_step_and_torch():
+    rows = cpu_rows()
+    assert set(rows.timing) == {"latency", "kernel"} and len(rows) == 6
+    assert (rows.match_rate == 1).all()
+    step2_rows = rows[rows.variant == "step2_register_epilogue"]
+    assert (step2_rows.previous == "step1_four_stages").all()
+    assert ((step2_rows.ratio_previous_lo <= step2_rows.ratio_previous)
+            & (step2_rows.ratio_previous <= step2_rows.ratio_previous_hi)).all()
+    assert rows[rows.variant == "step1_four_stages"].ratio_previous.isna().all()
+    torch_rows = rows[rows.variant == "torch.matmul"]
+    assert (torch_rows.ratio_torch == 1).all()
+    assert "% of torch" in bench.summary(rows)
+
+
+def test_bench_rows_go_through_records_and_back(tmp_path, monkeypatch):
+    from workbook import records
+    rows = cpu_rows()
+    monkeypatch.setattr(records, "provenance", lambda: {**dict.fromkeys(records.PROVENANCE, ""), "gpu": "NVIDIA H200",
+                                                        "sm_count": 132, "date": "2026-01-01T00:00:00Z"})
+    records.append("h200", bench.TABLE, rows, root=tmp_path)
+    back = steps.recorded(["step1_four_stages", "step2_register_epilogue"], root=tmp_path)
+    assert len(back) == 6
+    table = steps.timing_table(back)
+    assert {"% of torch", "95% CI", "vs previous"} <= set(table.columns)
+    fig = figures.progression(back, source="a test")
+    assert fig.axes and len(figures.progression_table(back)) == 2
+
+
+def test_progression_table_orders_the_story_and_inverts_the_ratio():
+    rows = pd.DataFrame([dict(kernel="ours", variant=v, timing="kernel", M=s, N=s, K=s, ratio_torch=r,
+                              ratio_torch_lo=r * 0.99, ratio_torch_hi=r * 1.01)
+                         for s in (8192, 4096) for v, r in (("step2_register_epilogue", 0.5), ("step1_four_stages", 2.0))])
+    t = figures.progression_table(rows)
+    assert list(t["shape"]) == ["4096³", "4096³", "8192³", "8192³"]
+    assert list(t.contender[:2]) == ["step1_four_stages", "step2_register_epilogue"]
+    assert t.pct_of_torch.tolist()[:2] == [50.0, 200.0] and (t.lo < t.pct_of_torch).all()
+    with pytest.raises(ValueError, match="missing"):
+        figures.progression_table(rows.drop(columns=["ratio_torch_lo"]))
+    with pytest.raises(ValueError, match="source"):
+        figures.progression(rows, source="")
+
+
+def test_try_step_on_a_cpu_compiles_diffs_and_says_it_did_not_run(monkeypatch):
+    monkeypatch.setattr(gpus, "current", lambda: None)
+    trial = steps.try_step(2)
+    assert trial.previous == "step1_four_stages" and trial.checks is None and trial.passed is None
+    assert list(trial.facts.index) == ["step1_four_stages (previous)", "step2_register_epilogue"]
+    assert trial.sass_delta.loc["UTMASTG", "change"] == -8 and trial.sass_delta.loc["STG", "change"] == 16
+    text = str(trial)
+    assert "not run: no H100/H200 here" in text and "recorded" in trial.where
+    assert "<h4>" in trial._repr_html_()
+
+
+def test_try_step_takes_an_edited_copy_by_path(tmp_path, monkeypatch):
+    from workbook import stepper
+    monkeypatch.setattr(gpus, "current", lambda: None)
+    path = stepper.copy_for_editing(steps.load(3), tmp_path)
+    path.write_text(path.read_text().replace("DEFAULT_TILE_N = 128", "DEFAULT_TILE_N = 256"))
+    trial = steps.try_step(path)
+    assert trial.previous == "step2_register_epilogue"       # the package's step before the copied one
+    assert trial.facts.loc["step3_more_stages", "mbarriers"] == 8     # the edit: 256-wide tile, 4 stages
+    assert any(str(path) in n for n in trial.notes)
+
+
+def test_steps_are_loaded_by_number_name_or_module():
+    assert steps.load(1) is step1 and steps.load("step4_persistent_wave_tail") is step4 and steps.load(step2) is step2
+    assert steps.previous_step(1) is None and steps.previous_step(4) is step3
+    for bad in (0, 5, True, 2.0):
+        with pytest.raises(ValueError):
+            steps.load(bad)
 
 
 # ------------------------------------------------------------------------------------------- GPU

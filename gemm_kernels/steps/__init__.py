@@ -138,20 +138,21 @@ def timing_table(frame):
     for _, r in frame.iterrows():
         row = {"shape": f"{r.M}x{r.N}x{r.K}", "contender": r.variant, "timing": r.timing, "ms": r.ms_median,
                "% of torch": 100 / r.ratio_torch,
-               "95% CI": f"[{100 / r.ratio_torch_hi:.3g}, {100 / r.ratio_torch_lo:.3g}]"}
+               "95% CI": f"[{100 / r.ratio_torch_hi:.3g}, {100 / r.ratio_torch_lo:.3g}]",
+               "vs previous": "", "vs previous 95% CI": "", "verdict": ""}
         if isinstance(r.previous, str) and r.previous:
-            row.update({"vs previous": r.ratio_previous,
+            row.update({"vs previous": f"{r.ratio_previous:.3g}",
                         "vs previous 95% CI": f"[{r.ratio_previous_lo:.3g}, {r.ratio_previous_hi:.3g}]",
                         "verdict": r.verdict_previous})
         rows.append(row)
-    return pd.DataFrame(rows).fillna("")
+    return pd.DataFrame(rows)
 
 
-def recorded(names, shapes=None, gpu: str = "h200"):
+def recorded(names, shapes=None, gpu: str = "h200", root=None):
     """The most recent recorded gemm_steps rows of the contenders `names` (variants) and torch.matmul, at
-    `shapes` (default: every shape that run measured)."""
+    `shapes` (default: every shape that run measured). `root`: another data/measured folder (tests)."""
     from workbook import records
-    df = records.read(gpu, "gemm_steps")
+    df = records.read(gpu, "gemm_steps", root=root)
     if df.empty:
         return df
     needed = [("ours", n) for n in names] + [("torch", "torch.matmul")]

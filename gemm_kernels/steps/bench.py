@@ -70,14 +70,15 @@ def accuracy(fn, sets, refs) -> tuple[float, float]:
 
 
 def measure(M: int, N: int, K: int, fns: dict, *, rounds: int = 20, calls: int = 10, previous: dict | None = None,
-            baseline=TORCH):
-    """One shape: the accuracy check, then `workbook.timing.compare`; a DataFrame of rows for gemm_steps."""
+            baseline=TORCH, sets=None):
+    """One shape: the accuracy check, then `workbook.timing.compare`; a DataFrame of rows for gemm_steps.
+    `sets`: the input sets (default `input_sets`, on the GPU; CPU tensors only test this harness)."""
     import pandas as pd
 
     from workbook import timing
     torch.backends.cuda.matmul.allow_tf32 = False           # the fp32 reference stays fp32
     previous = previous_of(list(fns)) if previous is None else previous
-    sets = input_sets(M, N, K)
+    sets = input_sets(M, N, K) if sets is None else sets
     refs = [a.float() @ b.float() for a, b in sets]
     checked = {name: accuracy(fn, sets, refs) for name, fn in fns.items()}
     del refs
@@ -100,7 +101,8 @@ def measure(M: int, N: int, K: int, fns: dict, *, rounds: int = 20, calls: int =
                 ratio_torch=vs_torch.value, ratio_torch_lo=vs_torch.lo, ratio_torch_hi=vs_torch.hi,
                 verdict_torch=vs_torch.verdict, rounds=cmp.rounds, calls=cmp.calls))
     del sets
-    torch.cuda.empty_cache()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
     return pd.DataFrame(rows)
 
 
