@@ -80,7 +80,7 @@ def check(module, shapes=CHECK_SHAPES, **options):
     return pd.DataFrame(rows)
 
 
-@dataclass
+@dataclass(repr=False)
 class Trial:
     """What `try_step` found; renders as a report in a notebook and as text."""
     name: str
@@ -107,6 +107,9 @@ class Trial:
         yield f"timing ({self.where})", self.timing if self.timing is not None else "nothing to show"
         for note in self.notes:
             yield "note", note
+
+    def __repr__(self) -> str:
+        return str(self)
 
     def __str__(self) -> str:
         out = []
@@ -163,6 +166,19 @@ def recorded(names, shapes=None, gpu: str = "h200", root=None):
     return run
 
 
+def recorded_report(names, shapes=None, root=None):
+    """(table, note) for a notebook: `timing_table` of the latest recorded run of these steps and torch.matmul
+    (None when nothing is recorded yet), and a line saying where the rows come from, or that they are missing."""
+    from workbook import explore
+    source = "data/measured/h200/gemm_steps.csv"
+    rows = recorded(names, shapes, root=root)
+    if rows.empty:
+        return None, (f"No rows for {', '.join(names)} and torch.matmul in {source} yet: on an H200, "
+                      "`python -m gemm_kernels.steps.bench` records them; re-run this notebook afterwards. "
+                      "No number is shown until it is measured.")
+    return timing_table(rows), f"Source: {source} ({explore.provenance_text(rows)})"
+
+
 def try_step(step, previous=None, *, shapes=TIMING_SHAPES, check_shapes=CHECK_SHAPES, rounds: int = 10,
              options: dict | None = None) -> Trial:
     """Compile a step (a number, name, module or edited file), compare its SASS with the previous step's, and
@@ -189,7 +205,7 @@ def try_step(step, previous=None, *, shapes=TIMING_SHAPES, check_shapes=CHECK_SH
         trial.notes.append(f"{name} was loaded from {module.__file__}")
     spec = gpus.current()
     if spec is None or spec.arch != "sm_90a":
-        trial.where = f"recorded on an H200: no Hopper GPU here ({gpus.describe()})"
+        trial.where = "no H100/H200 here, so not run: the rows recorded on the H200"
         rows = recorded([n for n in (prev_name, name) if n], shapes)
         trial.timing = timing_table(rows) if not rows.empty else None
         if rows.empty:

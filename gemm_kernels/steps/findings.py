@@ -1,0 +1,75 @@
+"""Tables the GEMM notebooks (11-13) compute from recorded H200 data: each function reads committed files under
+data/measured/h200/ and returns a DataFrame, so every number a notebook prints comes from a file it names.
+
+    variant_gains("128x256x64 s4 staged uniform", "128x256x64 s4 register uniform")   # gemm.csv, run by run
+    timeline_phases()            # probes/gemm_timeline_78d89e8: K loop, epilogue, waits per row, CTA by CTA
+    ncu_table(path)              # an `ncu --metrics` text report, readable column names
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from workbook import records
+
+H200 = records.MEASURED / "h200"
+PROBES = H200 / "probes"
+TIMELINE = PROBES / "gemm_timeline_78d89e8" / "gemm_timeline_summary.csv"
+NCU_LABELS = {
+    "gpu__time_duration.sum": "time (ms)",
+    "sm__cycles_elapsed.avg.per_second": "SM clock (GHz)",
+    "dram__bytes_read.sum": "DRAM read (GB)",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed": "tensor pipe busy (%)",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput (% of peak)",
+    "smsp__warp_issue_stalled_barrier_per_warp_active.pct": "stall: barrier (%)",
+    "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct": "stall: long scoreboard (%)",
+    "smsp__warp_issue_stalled_wait_per_warp_active.pct": "stall: wait (%)",
+    "smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct": "stall: math pipe throttle (%)",
+    "smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct": "stall: global store/load queue (%)",
+    "smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct": "stall: MIO (shared memory) queue (%)",
+    "smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct": "stall: short scoreboard (%)",
+    "smsp__warp_issue_stalled_sleeping_per_warp_active.pct": "stall: sleeping (%)",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum": "shared-memory wavefronts (LSU)",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "shared-memory bank conflicts",
+    "l1tex__throughput.avg.pct_of_peak_sustained_elapsed": "L1/shared throughput (% of peak)",
+    "lts__t_sector_hit_rate.pct": "L2 hit rate (%)",
+}
+
+
+def relative(path: Path) -> str:
+    """A data file's path as the notebooks cite it (data/measured/...)."""
+    return str(Path(path).resolve().relative_to(records.DATA.parent))
+
+
+def variant_gains(before: str, after: str, table: str = "gemm") -> pd.DataFrame:
+    """Per shape, over every benchmark run that timed both variants of our kernel: the gain of `after` over
+    `before` (before's median time / after's - 1, in %), its median, lowest and highest over the runs, and how
+    many runs. A gain whose runs straddle 0 is not a result."""
+    df = records.read("h200", table)
+    ours = df[(df.kernel == "ours") & df.variant.isin([before, after])]
+    runs = ours.pivot_table(index=["date", "M", "N", "K"], columns="variant", values="ms_median").dropna()
+    if runs.empty:
+        return pd.DataFrame(columns=["M", "N", "K", "median %", "lowest %", "highest %", "runs"])
+    runs["gain"] = 100 * (runs[before] / runs[after] - 1)
+    out = runs.groupby(["M", "N", "K"]).gain.agg(["median", "min", "max", "count"]).reset_index()
+    return out.rename(columns={"median": "median %", "min": "lowest %", "max": "highest %", "count": "runs"})
+
+
+def timeline_phases(path: Path = TIMELINE) -> pd.DataFrame:
+    """The production kernel's own timeline (hopper.timeline, three launches per build): per shape and build,
+    the medians of the launch's makespan and, per work row, the K loop, the epilogue, the wait for the row's
+    first K-block and the gap between rows, in microseconds. Builds: "plain" = register epilogue, "staged" =
+    the TMA-store epilogue, "default" = the register epilogue deferred behind the next row's first K-blocks."""
+    t = pd.read_csv(path)
+    cols = {"makespan_us": "launch (µs)", "kloop_us(med)": "K loop per row (µs)",
+            "epilogue_us(med)": "epilogue per row (µs)", "row_wait_us(med)": "wait for 1st K-block (µs)",
+            "gap_us(med)": "between rows (µs)"}
+    return t.groupby(["shape", "variant"])[list(cols)].median().rename(columns=cols).reset_index()
+
+
+def ncu_table(path: Path) -> pd.DataFrame:
+    """An ncu text report (`workbook.ncu.read`) with one row per contender and readable metric names."""
+    from workbook import ncu
+    df = ncu.read(path).drop(columns=["kernel"]).set_index("contender")
+    return df.rename(columns=NCU_LABELS)
