@@ -73,3 +73,45 @@ def ncu_table(path: Path) -> pd.DataFrame:
     from workbook import ncu
     df = ncu.read(path).drop(columns=["kernel"]).set_index("contender")
     return df.rename(columns=NCU_LABELS)
+
+
+# Seed 004, section 2 ("Wave-Tail Tile Balancing Across 74 B200 CTA Pairs"), transcribed: M256 x N256 pair tiles.
+SEED_004_BALANCING = pd.DataFrame([
+    dict(size=4096, tiles=256, waves=3.46, idle_pairs=40, recut="3 x 256 -> 4 x 192", recuts=40, items=296),
+    dict(size=8192, tiles=1024, waves=13.84, idle_pairs=12, recut="7 x 256 -> 8 x 224", recuts=12, items=1036),
+    dict(size=16384, tiles=4096, waves=55.35, idle_pairs=48, recut="7 x 256 -> 8 x 224", recuts=48, items=4144),
+])
+SEED_004_CONFIG = dict(gpu="b200", tile_m=256, tile_ns=(256, 224, 192))   # the seed's tile widths, 74 CTA pairs
+
+
+def seed_vs_planner() -> pd.DataFrame:
+    """What gemm_kernels.waves.plan derives for the seed's three squares on a B200 (74 CTA pairs, M256 pair tiles,
+    widths 256 / 224 / 192), in the columns of SEED_004_BALANCING, plus the makespans and the predicted gain."""
+    from gemm_kernels import waves
+    rows = []
+    for size in SEED_004_BALANCING["size"]:
+        u = waves.plan(size, size, balanced=False, **SEED_004_CONFIG)
+        b = waves.plan(size, size, **SEED_004_CONFIG)
+        g = b.narrow // (u.wide - b.narrow)
+        rows.append(dict(size=size, tiles=len(u.items), waves=round(u.waves, 2),
+                         idle_pairs=round((1 - u.last_wave_fill) * u.slots), recut=f"{g} x 256 -> {g + 1} x {b.narrow}",
+                         recuts=b.groups, items=len(b.items), makespan_uniform=u.makespan,
+                         makespan_balanced=b.makespan, predicted_gain_pct=100 * (u.makespan / b.makespan - 1)))
+    return pd.DataFrame(rows)
+
+
+def schedule_gains(config: str = "128x256x64 s4 register", widths=((240, 224, 192, 128), (192, 128))):
+    """Balanced against uniform for one configuration of the production kernel over every gemm.csv run that timed
+    both (`variant_gains`), beside the planner's predicted gain for one CTA per 128 x 256 item on the H200 with
+    each set of narrow widths the kernel has offered: 16-column steps (now) and 64-column steps (earlier runs)."""
+    from gemm_kernels import waves
+    from workbook import gpus
+    measured = variant_gains(f"{config} uniform", f"{config} balanced")
+    for ws in widths:
+        predicted = []
+        for M, N in zip(measured.M, measured.N):
+            u = waves.plan(M, N, gpu=gpus.H200, tile_m=128, tile_ns=(256,), balanced=False)
+            b = waves.plan(M, N, gpu=gpus.H200, tile_m=128, tile_ns=(256, *ws))
+            predicted.append(100 * (u.makespan / b.makespan - 1))
+        measured[f"predicted % (widths {', '.join(map(str, ws))})"] = predicted
+    return measured
