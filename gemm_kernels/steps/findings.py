@@ -115,3 +115,129 @@ def schedule_gains(config: str = "128x256x64 s4 register", widths=((240, 224, 19
             predicted.append(100 * (u.makespan / b.makespan - 1))
         measured[f"predicted % (widths {', '.join(map(str, ws))})"] = predicted
     return measured
+
+
+# ------------------------------------------------------------------------------- notebook 13, the appendix
+
+def clock_runs() -> pd.DataFrame:
+    """tools/probes/probe_clocks.py (each kernel back to back for 3 s while nvidia-smi sampled): per kernel
+    build and shape, ours against torch.matmul in %: SM clock, work per clock (TFLOP/s per GHz), TFLOP/s."""
+    builds = {"static walk (a1f3516)": "gemm_clocks.txt", "dynamic schedule (7062732)": "gemm_clocks_after.txt"}
+    rows = []
+    for build, name in builds.items():
+        runs = pd.read_csv(PROBES / name, sep=r"\s+").rename(columns={"TFLOP/s/GHz": "per_GHz"})
+        by = runs.groupby(["shape", "kernel"])[["TFLOP/s", "MHz", "W", "per_GHz"]].mean().unstack("kernel")
+        for shape in by.index:
+            rows.append({"build": build, "shape": shape, "board W (ours)": by.loc[shape, ("W", "ours")],
+                         **{f"{label} vs torch (%)": 100 * (by.loc[shape, (col, "ours")] / by.loc[shape, (col, "torch")] - 1)
+                            for col, label in (("MHz", "clock"), ("per_GHz", "work per clock"), ("TFLOP/s", "TFLOP/s"))}})
+    return pd.DataFrame(rows)
+
+
+# (what, file, contender as probe_ncu.py printed it): the 16384^3 kernel of each commit, one process per file
+DRAM_STEPS = (
+    ("static walk, bands of 8 rows", "ncu_bytes_16384.txt", "16384^3 ours default"),
+    ("static walk, bands of 32 rows", "ncu_bytes_16384.txt", "16384^3 ours {'band_rows': 32}"),
+    ("static walk, no CTA pairs", "ncu_bytes_16384.txt", "16384^3 ours {'cluster_m': 1}"),
+    ("one CTA pair per item, hardware order", "ncu_np_16384.txt", "16384^3 ours {'persistent': 0}"),
+    ("static walk, bands of 16 rows", "ncu_dyn_16384.txt", "16384^3 ours {'dynamic': 0}"),
+    ("dynamic schedule, bands of 16", "ncu_dyn_16384.txt", "16384^3 ours default"),
+    ("dynamic schedule, bands of 8", "ncu_dyn_16384.txt", "16384^3 ours {'band_rows': 8}"),
+    ("dynamic, bands of 8, banded tail", "ncu_tail_16384.txt", "16384^3 ours default"),
+)
+
+
+def dram_vs_cublas() -> pd.DataFrame:
+    """At 16384^3, each schedule's DRAM bytes, clock and time against cuBLAS's in the same ncu profile."""
+    from workbook import ncu
+    rows = []
+    for what, name, contender in DRAM_STEPS:
+        prof = ncu.read(PROBES / name).set_index("contender")
+        ours, cublas = prof.loc[contender], prof.loc["16384^3 torch"]
+        rows.append({"schedule": what, "file": name, "DRAM read (GB)": ours["dram__bytes_read.sum"],
+                     "bytes vs cuBLAS": ours["dram__bytes_read.sum"] / cublas["dram__bytes_read.sum"],
+                     "clock (GHz)": ours["sm__cycles_elapsed.avg.per_second"],
+                     "cuBLAS clock (GHz)": cublas["sm__cycles_elapsed.avg.per_second"],
+                     "time vs cuBLAS": ours["gpu__time_duration.sum"] / cublas["gpu__time_duration.sum"]})
+    return pd.DataFrame(rows)
+
+
+def rounds_medians(name: str) -> pd.DataFrame:
+    """A probe_gemm_order.py / probe_stream_k.py file: per shape and config, the median over rounds of the
+    synchronised and the back-to-back time, in microseconds."""
+    runs = pd.read_csv(PROBES / name)
+    return (runs.groupby(["shape", "config"], sort=False)[["synced_ms", "b2b_ms"]].median() * 1000).rename(
+        columns={"synced_ms": "synced (µs)", "b2b_ms": "back to back (µs)"})
+
+
+def stream_k_costs() -> dict:
+    """From gemm_stream_k_diagnosis.csv (4096^3, back to back): what the stream-K build itself costs (every row
+    whole), one hand-over round (each tail item in two halves) and stream-K as designed, in µs against no stream-K."""
+    m = rounds_medians("gemm_stream_k_diagnosis.csv").loc["4096x4096x4096", "back to back (µs)"]
+    base = m["no stream-k"]
+    return {"the build, no split": m["stream-k whole rows"] - base, "one hand-over round": m["stream-k halves"] - base,
+            "stream-K as designed": m["stream-k"] - base}
+
+
+def deferral_gains() -> pd.DataFrame:
+    """The spread deferred epilogue against the plain register one, in alternating rounds (three files): its
+    gain in % per timing, and its share of torch.matmul's speed."""
+    files = (("gemm_spread_rounds.csv", "launch default", "launch deferred"),
+             ("gemm_spread_rounds2.csv", "launch default", "launch deferred"),
+             ("gemm_deferral_forms_rounds.csv", "plain register", "default"))
+    rows = []
+    for name, plain, spread in files:
+        m = rounds_medians(name)
+        for shape in m.index.get_level_values(0).unique():
+            s = m.loc[shape]
+            row = {"file": name, "shape": shape}
+            for col in s.columns:
+                how = col.split(" (")[0]
+                row[f"gain, {how} (%)"] = 100 * (s.loc[plain, col] / s.loc[spread, col] - 1)
+                row[f"% of torch, {how}"] = 100 * s.loc["torch", col] / s.loc[spread, col]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def narrow_kloops() -> pd.DataFrame:
+    """K loop of a narrow row against a 256-wide row of the 64-column-step build at the same shape (the traced
+    builds of probes/gemm_timeline_step8), next to the model's width / 256."""
+    folder = PROBES / "gemm_timeline_step8"
+    rows = []
+    for shape in ("4096x4096x4096", "8192x8192x8192"):
+        ref = None
+        for build in ("narrow64", "default"):
+            frame = pd.read_csv(folder / f"gemm_timeline_{shape}_{build}.csv")
+            kloop = (frame.mma_done - frame.data).groupby(frame.width).median()
+            ref = kloop[256] if build == "narrow64" else ref
+            rows += [dict(shape=shape, build=build, width=w, kloop_us=us) for w, us in kloop.items()]
+        for r in rows:
+            if r["shape"] == shape:
+                r["vs 256-wide"], r["model"] = r["kloop_us"] / ref, r["width"] / 256
+    return pd.DataFrame(rows)
+
+
+def turns() -> pd.DataFrame:
+    """torch.matmul's median ms timed alone, taking turns with itself and with our kernel, in two probes."""
+    both = pd.concat([pd.read_csv(PROBES / "gemm_turns.csv").assign(probe="first"),
+                      pd.read_csv(PROBES / "gemm_turns_settled.csv").assign(probe="second")])
+    both = both[(both.contender == "torch") & (both.graphs == 1)]
+    return both.pivot_table(index=["shape", "method"], columns="probe", values="ms_median", sort=False)
+
+
+def sweep_grid() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The latest `gemm_kernels.bench --sweep` run (gemm_sweep.csv): torch.matmul's time over our default's in %
+    on the M x N grid at K = 8192 (> 100: ours faster), as an (M rows, N columns) table, and the run's rows."""
+    sweep = records.read("h200", "gemm_sweep")
+    if sweep.empty:
+        return pd.DataFrame(), sweep
+    last = sweep[sweep.date == sweep.date.max()]
+    grid = last.pivot_table(index=["M", "N"], columns="kernel", values="ms_median")
+    return (100 * grid["torch"] / grid["ours"]).unstack("N"), last
+
+
+def traced_launch(shape: str = "4096x4096x4096", build: str = "plain", launch: int = 0):
+    """One launch of probes/gemm_timeline_78d89e8: every row each CTA ran (hopper.trace_frame's columns)."""
+    path = PROBES / "gemm_timeline_78d89e8" / f"gemm_timeline_{shape}_{build}.csv"
+    runs = pd.read_csv(path)
+    return runs[runs.launch == launch], relative(path)
