@@ -24,7 +24,7 @@ from gemm_kernels import waves
 import pandas as pd
 
 from gemm_kernels import steps
-from gemm_kernels.steps import bench, common, evidence, exercises, figures
+from gemm_kernels.steps import bench, common, drawings, evidence, exercises, figures, findings
 from gemm_kernels.steps import step1_four_stages as step1
 from gemm_kernels.steps import step2_register_epilogue as step2
 from gemm_kernels.steps import step3_more_stages as step3
@@ -310,6 +310,63 @@ def test_steps_are_loaded_by_number_name_or_module():
     for bad in (0, 5, True, 2.0):
         with pytest.raises(ValueError):
             steps.load(bad)
+
+
+# ------------------------------------------------------------------------------------------- CPU: pictures, data
+
+def test_drawings_return_figures_and_the_transpose_model_transposes():
+    import matplotlib.pyplot as plt
+    words = drawings.wgmma_words()
+    assert drawings.quad_transpose_model(words) == [[words[t][q] for t in range(4)] for q in range(4)]
+    budgets = {"a": stages_lib.stages((128, 256, 64), "register", "sm_90a"),
+               "b": stages_lib.stages((256, 256, 64), "staged", "sm_100a", depth=4)}
+    uniform = step4.plan(2560, 7168, schedule="uniform", gpu=gpus.H200)
+    balanced = step4.plan(2560, 7168, gpu=gpus.H200)
+    for fig in (drawings.ring_timeline(4), drawings.smem_budgets(budgets), drawings.quad_transpose(),
+                drawings.wave_tail(uniform, balanced, last=2)):
+        assert fig.axes
+        plt.close(fig)
+    fig = drawings.wave_tail(uniform, balanced)
+    title = fig.axes[0].get_title()
+    assert f"{uniform.waves:.2f} waves" in title and "makespan 5 tile times" in title      # never "5.00 waves"
+    plt.close(fig)
+
+
+def test_findings_read_the_committed_data():
+    assert bool((findings.seed_vs_planner()[list(findings.SEED_004_BALANCING.columns)]
+                 == findings.SEED_004_BALANCING).all(axis=None))
+    gains = findings.variant_gains("128x256x64 s4 staged uniform", "128x256x64 s4 register uniform")
+    assert len(gains) >= 3 and (gains["lowest %"] <= gains["median %"]).all() and (gains.runs >= 1).all()
+    sched = findings.schedule_gains()
+    assert {"predicted % (widths 240, 224, 192, 128)", "predicted % (widths 192, 128)"} <= set(sched.columns)
+    phases = findings.timeline_phases()
+    assert set(phases.variant) >= {"plain", "staged", "default"}
+    assert findings.ncu_table(findings.PROBES / "ncu_deferred_4096.txt")["tensor pipe busy (%)"].between(0, 100).all()
+    costs = findings.stream_k_costs()
+    assert costs["one hand-over round"] > costs["the build, no split"]
+    kl = findings.narrow_kloops()
+    assert set(kl.width) >= {240, 248, 256} and (kl[kl.width == 256].model == 1).all()
+    for table in (findings.clock_runs(), findings.dram_vs_cublas(), findings.deferral_gains(), findings.turns()):
+        assert not table.empty
+    assert findings.relative(findings.TIMELINE).startswith("data/measured/h200/probes/")
+
+
+def test_ncu_tool_keeps_only_the_metrics_this_ncu_lists(tmp_path):
+    import importlib.util
+    import stat
+    from workbook import ROOT
+    spec = importlib.util.spec_from_file_location("ncu_gemm_steps", ROOT / "tools" / "ncu_gemm_steps.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    fake = tmp_path / "ncu"
+    listed = "\n".join(tool.base_name(m) + "   a description" for m in tool.METRICS[:-2])
+    fake.write_text(f"#!/bin/sh\necho 'Device 0 (GH100)'\necho '-----'\ncat <<'X'\n{listed}\nX\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    known, dropped = tool.known_metrics(str(fake))
+    assert known == list(tool.METRICS[:-2]) and dropped == list(tool.METRICS[-2:])
+    assert tool.base_name("sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed") == \
+        "sm__pipe_tensor_op_hmma_cycles_active"
+    assert set(tool.METRICS) <= set(findings.NCU_LABELS)     # every metric gets a readable name in the notebook
 
 
 # ------------------------------------------------------------------------------------------- GPU

@@ -139,8 +139,8 @@ def timing_table(frame):
     import pandas as pd
     rows = []
     for _, r in frame.iterrows():
-        row = {"shape": f"{r.M}x{r.N}x{r.K}", "contender": r.variant, "timing": r.timing, "ms": r.ms_median,
-               "% of torch": 100 / r.ratio_torch,
+        row = {"shape": f"{r.M}x{r.N}x{r.K}", "contender": r.variant, "timing": r.timing, "ms": f"{r.ms_median:.3g}",
+               "% of torch": f"{100 / r.ratio_torch:.3g}",
                "95% CI": f"[{100 / r.ratio_torch_hi:.3g}, {100 / r.ratio_torch_lo:.3g}]",
                "vs previous": "", "vs previous 95% CI": "", "verdict": ""}
         if isinstance(r.previous, str) and r.previous:

@@ -37,6 +37,7 @@ clips at the edges of c: M, N and K need not be multiples of the tile. N and K m
 from __future__ import annotations
 
 import functools
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory

@@ -20,9 +20,10 @@ now needs 4 x 48 + 1 = 193 KiB of its 227, and 34 KiB sit unused. A stage of thi
 48 KiB, so the freed bytes do not buy a fifth stage (5 x 48 + 1 = 241 > 227): step 3 is about where they do.
 On this tile the register epilogue can only pay by being a cheaper epilogue, not by a deeper ring.
 
-The B200 version of this step (seed 004, gemm_kernels.blackwell) needs no shuffle at the same place: the
-accumulator sits in tensor memory and `tcgen05.ld` hands each thread whole rows (the seed's kernel uses the
-16x256b shape and two shuffles instead; gemm_kernels.steps.evidence shows what each build compiles to).
+On the B200 the accumulator sits in tensor memory, and the shape of the `tcgen05.ld` that reads it decides:
+our gemm_kernels.blackwell loads 32x32b, one row of c per thread, and needs no shuffle; seed 004 loads
+16x256b, which hands each lane exactly the WGMMA layout above, and shuffles as this step does
+(gemm_kernels.steps.evidence shows both).
 
 Tails. Every 16-byte store is predicated on its row (< M) and its first column (< N; both multiples of 8,
 so the whole store is inside c). The loads are step 1's: TMA zero-fills what lies outside A and B.
@@ -30,6 +31,7 @@ so the whole store is inside c). The loads are step 1's: TMA zero-fills what lie
 from __future__ import annotations
 
 import functools
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory

@@ -33,6 +33,7 @@ Tails and layouts: step 2's.
 from __future__ import annotations
 
 import functools
+
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
