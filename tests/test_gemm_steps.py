@@ -471,3 +471,35 @@ def test_gpu_input_errors(step):
     with pytest.raises(ValueError, match="out must be"):
         gemm(a, a, out=torch.empty(64, 32, device="cuda", dtype=torch.bfloat16))
     assert common.ALIGN == 8
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_try_step_live_checks_and_times_against_the_previous_step_and_torch():
+    trial = steps.try_step(2, shapes=((1024, 1024, 1024),), rounds=3)
+    assert trial.passed is True, trial.checks
+    assert "live" in trial.where
+    assert set(trial.timing.contender) == {"step1_four_stages", "step2_register_epilogue", "torch.matmul"}
+    assert set(trial.timing.timing) == {"latency", "kernel"}
+
+
+@pytest.mark.gpu
+@needs_hopper
+def test_bench_cli_prints_every_contender_without_recording(capsys):
+    before = records_rows()
+    bench.main(["--shapes", "512x1024x256", "--rounds", "2", "--no-record"])
+    out = capsys.readouterr().out
+    for name in (*steps.STEPS, "production default", "torch.matmul"):
+        assert name in out
+    assert records_rows() == before
+
+
+def records_rows() -> int:
+    from workbook import records
+    return len(records.read("h200", bench.TABLE))
+
+
+def test_bench_refuses_without_a_hopper_gpu(monkeypatch):
+    monkeypatch.setattr(gpus, "current", lambda: None)
+    with pytest.raises(SystemExit, match="H100/H200"):
+        bench.main(["--quick"])
