@@ -231,13 +231,14 @@ def test_exercise_answers_follow_the_arithmetic():
 
 # ------------------------------------------------------------------------------------------- CPU: harness
 
-def cpu_rows(rounds=3):
+def cpu_rows(rounds=3, shape=(64, 48, 32), run=None):
     """gemm_steps rows measured on the host (perf_counter: only to test the harness) for two fake steps."""
-    sets = [(torch.randn(64, 32), torch.randn(32, 48)) for _ in range(3)]
+    M, N, K = shape
+    sets = [(torch.randn(M, K), torch.randn(K, N)) for _ in range(3)]
     fns = {("ours", "step1_four_stages"): torch.matmul,
            ("ours", "step2_register_epilogue"): lambda a, b: torch.matmul(a, b) * 1.0,
            bench.TORCH: torch.matmul}
-    return bench.measure(64, 48, 32, fns, rounds=rounds, calls=2, sets=sets)
+    return bench.measure(M, N, K, fns, rounds=rounds, calls=2, sets=sets, run=run)
 
 
 def test_bench_rows_carry_both_timings_and_ratios_to_the_previous_step_and_torch():
@@ -255,17 +256,26 @@ def test_bench_rows_carry_both_timings_and_ratios_to_the_previous_step_and_torch
 
 
 def test_bench_rows_go_through_records_and_back(tmp_path, monkeypatch):
+    """One run appends shape by shape, each append with its own date: `recorded` finds the whole latest run."""
     from workbook import records
-    rows = cpu_rows()
+    dates = iter(f"2026-01-01T00:00:0{i}Z" for i in range(9))
     monkeypatch.setattr(records, "provenance", lambda: {**dict.fromkeys(records.PROVENANCE, ""), "gpu": "NVIDIA H200",
-                                                        "sm_count": 132, "date": "2026-01-01T00:00:00Z"})
-    records.append("h200", bench.TABLE, rows, root=tmp_path)
+                                                        "sm_count": 132, "date": next(dates)})
+    for run, shapes in (("run-a", [(64, 48, 32)]), ("run-b", [(64, 48, 32), (32, 64, 16)])):
+        for shape in shapes:
+            records.append("h200", bench.TABLE, cpu_rows(shape=shape, run=run), root=tmp_path)
     back = steps.recorded(["step1_four_stages", "step2_register_epilogue"], root=tmp_path)
+    assert set(back.run) == {"run-b"} and len(back) == 12
+    back = steps.recorded(["step1_four_stages", "step2_register_epilogue"], shapes=[(32, 64, 16)], root=tmp_path)
     assert len(back) == 6
+    assert steps.recorded(["step3_more_stages"], root=tmp_path).empty
     table = steps.timing_table(back)
     assert {"% of torch", "95% CI", "vs previous"} <= set(table.columns)
     fig = figures.progression(back, source="a test")
     assert fig.axes and len(figures.progression_table(back)) == 2
+    table, note = steps.recorded_report(["step1_four_stages"], root=tmp_path)
+    assert len(table) == 8 and "data/measured/h200/gemm_steps.csv" in note   # step 1 and torch, 2 shapes
+    assert steps.recorded_report(["step4_persistent_wave_tail"], root=tmp_path)[0] is None
 
 
 def test_progression_table_orders_the_story_and_inverts_the_ratio():
