@@ -43,7 +43,7 @@ def progression_table(rows: pd.DataFrame, timing: str = "kernel") -> pd.DataFram
 
 
 def progression(rows: pd.DataFrame, *, source: str, timing: str = "kernel", ax=None, title: str | None = None):
-    """Grouped bars: per shape, each step (and the production default) as % of torch.matmul, whiskers the 95 %
+    """Per shape, each step (and the production default) as % of torch.matmul: a point, whiskers the 95 %
     interval, a line at 100 %. `source` says which file and run the rows come from."""
     if not isinstance(source, str) or not source.strip():
         raise ValueError("source= must say which file and run the rows come from")
@@ -56,19 +56,19 @@ def progression(rows: pd.DataFrame, *, source: str, timing: str = "kernel", ax=N
     contenders = list(dict.fromkeys(table.contender))
     width = 0.8 / len(contenders)
     colors = [plt.get_cmap("tab10")(i % 10) for i in range(len(contenders))]
-    for i, name in enumerate(contenders):
+    for i, name in enumerate(contenders):       # points, not bars: the axis need not start at 0
         part = table[table.contender == name].set_index("shape").reindex(shapes)
         x = [s + (i - (len(contenders) - 1) / 2) * width for s in range(len(shapes))]
-        ax.bar(x, part.pct_of_torch, width * 0.92, color=colors[i], label=LABELS.get(name, name))
         ax.errorbar(x, part.pct_of_torch, yerr=[part.pct_of_torch - part.lo, part.hi - part.pct_of_torch],
-                    fmt="none", ecolor="0.25", capsize=2, linewidth=0.8)
+                    fmt="o", markersize=6, capsize=3, linewidth=1, color=colors[i], label=LABELS.get(name, name))
     ax.axhline(100, color="0.3", linewidth=0.9, linestyle="--")
-    ax.text(len(shapes) - 0.5, 100, " torch.matmul", va="bottom", ha="right", fontsize="x-small", color="0.3")
+    ax.text(len(shapes) - 0.5, 100, "torch.matmul ", va="bottom", ha="right", fontsize="x-small", color="0.3")
     ax.set_xticks(range(len(shapes)), shapes)
-    low = min(table.lo.min(), 100)
-    ax.set_ylim(max(0, 10 * int(low // 10) - 10), max(table.hi.max(), 100) + 6)
+    for s in range(len(shapes) - 1):
+        ax.axvline(s + 0.5, color="0.9", linewidth=0.8)
+    ax.set_xlim(-0.5, len(shapes) - 0.5)
     ax.set_ylabel(f"% of torch.matmul ({timing} time)\nwhiskers: 95 % interval")
-    ax.legend(frameon=False, fontsize="small", ncol=min(3, len(contenders)), loc="upper left")
+    ax.legend(frameon=False, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.spines[["top", "right"]].set_visible(False)
     ax.set_title(title or "The GEMM steps as a share of cuBLAS, shape by shape", fontsize="medium")
     plots.caption(ax, source)
