@@ -4,11 +4,12 @@ poisoned outputs; and the tools around them (try_step's CPU path, the exercise c
 from __future__ import annotations
 
 import functools
+import random
 
 import pytest
 import torch
 
-from kmeans_kernels import reference, sass_checks
+from kmeans_kernels import floor, reference, sass_checks
 from kmeans_kernels.steps import STEPS, anatomy, cases, exercises, host, trial, try_step
 from workbook import sass, stepper
 
@@ -211,6 +212,35 @@ def test_tile_size_and_tie_rule_exercises_on_edited_copies(tmp_path, monkeypatch
     assert verdict and "GTU" in verdict.message
 
 
+# ------------------------------------------------------------------ CPU: the floor model
+
+
+def test_floor_terms_by_hand():
+    f = floor.floor(65536, 128, 4096)
+    assert f.tensor_ms == pytest.approx(2 * 65536 * 128 * 4096 / 790e12 * 1e3)
+    assert f.epilogue_ms == pytest.approx(4 * 65536 * 4096 / (132 * 128 * 1.98e9) * 1e3)
+    assert f.dram_ms == pytest.approx((2 * (65536 + 4096) * 128 + 4 * 65536) / 4.3e12 * 1e3)
+    assert f.bound == "tensor cores" and f.ms == f.tensor_ms and "us" in str(f)
+
+
+def test_floor_bound_moves_with_the_shape():
+    # tiny D: scores cost more on the CUDA cores than their dot products on the tensor cores
+    assert floor.floor(65536, 16, 4096).bound == "CUDA-core epilogue"
+    # one centroid: nothing to compute, everything to read
+    assert floor.floor(1 << 20, 512, 1).bound == "DRAM"
+    rng = random.Random()
+    N, D, K = rng.randint(1, 1 << 20), rng.choice([16, 64, 128, 256, 512]), rng.randint(1, 1 << 14)
+    f = floor.floor(N, D, K)
+    assert f.ms == max(f.tensor_ms, f.epilogue_ms, f.dram_ms) > 0
+    assert floor.floor(2 * N, D, K).ms >= f.ms           # more points never make it faster
+
+
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True])
+def test_floor_rejects_non_sizes(bad):
+    with pytest.raises(ValueError, match="positive integer"):
+        floor.floor(bad, 128, 128)
+
+
 # ------------------------------------------------------------------ GPU: answers
 
 @gpu
@@ -294,3 +324,95 @@ def test_a_broken_tie_rule_is_caught(tmp_path):
     path = stepper.copy_for_editing(step("step1_serial"), tmp_path)
     path.write_text(path.read_text().replace("take = s < score ", "take = s <= score "))
     assert exercises.tie_rule(path)
+
+
+# ------------------------------------------------------------------ CPU: the benchmark's rows and their summaries
+
+FAKE_MS = {"ours/step1_serial": 1.0, "ours/step2_ilp2": 1.0, "ours/step3_norm_broadcast": 0.8,
+           "ours/step4_hopper": 0.6, "ours/auto": 0.6, "flashlib/cute": 0.75}
+
+
+def fake_run(shapes=((65536, 128, 4096), (262144, 256, 4096)), noise=0.02):
+    """The benchmark's rows for contenders of known times on a fake clock, as kmeans_kernels.steps.bench makes them."""
+    import pandas as pd
+    from kmeans_kernels.steps import bench
+    from workbook import timing
+    frames = []
+    for N, D, K in shapes:
+        state = {"now": 0.0, "rng": random.Random(N + D + K)}
+
+        def make(ms):
+            def call(*args):
+                state["now"] += ms * (1 + state["rng"].uniform(-noise, noise)) / 1e3
+            return call
+        names = list(FAKE_MS)
+        cmp = timing.compare({n: make(ms) for n, ms in FAKE_MS.items()}, [()], baseline=names[0], rounds=12,
+                             calls=2, warmup=0, clock=lambda: state["now"])
+        frames.append(cmp.frame({"N": N, "D": D, "K": K}, against=bench.previous(names),
+                                also={"flashlib": "flashlib/cute"}))
+    df = pd.concat(frames, ignore_index=True)
+    for col, value in (("gpu", "NVIDIA H200"), ("commit", "abc1234"), ("date", "2026-12-01T00:00:00Z")):
+        df[col] = value
+    return df
+
+
+def test_bench_order_and_references():
+    from kmeans_kernels.steps import bench
+    names = [f"ours/{s}" for s in STEPS] + ["ours/auto", "flashlib/cute"]
+    ref = bench.previous(names)
+    assert ref["ours/step2_ilp2"] == "ours/step1_serial" and ref["ours/auto"] == "ours/step4_hopper"
+    assert ref["flashlib/cute"] == "ours/auto" and ref["ours/step1_serial"] == "ours/step1_serial"
+
+
+def test_bench_refuses_to_run_without_a_hopper_gpu(capsys):
+    from kmeans_kernels.steps import bench
+    if ON_HOPPER:
+        pytest.skip("a Hopper GPU is here")
+    assert bench.main(["--no-record", "--quick"]) == 2
+    assert "H100/H200" in capsys.readouterr().out
+
+
+def test_results_latest_run_ratios_and_progression():
+    from kmeans_kernels.steps import results
+    run, note = results.latest_run(fake_run())
+    assert "commit abc1234" in note and "2 shapes" in note
+    r = results.ratios(run, "ours/step3_norm_broadcast")
+    assert list(r.verdict) == ["faster", "faster"] and r.ratio.tolist() == pytest.approx([0.8, 0.8], rel=0.02)
+    assert r.attrs["vs"] == "step2_ilp2"
+    assert set(results.ratios(run, "ours/step2_ilp2").verdict) == {"noise"}
+    table = results.progression(run)
+    assert list(table.index) == [*STEPS, "production auto"]
+    assert table.loc["step4_hopper", "% of flashlib"] == pytest.approx(100 * 0.75 / 0.6, rel=0.02)
+    assert table.loc["step4_hopper", "% of flashlib lo"] < table.loc["step4_hopper", "% of flashlib"]
+    want_floor = 100 * timing_geomean([floor.floor(65536, 128, 4096).ms / 0.6, floor.floor(262144, 256, 4096).ms / 0.6])
+    assert table.loc["step4_hopper", "% of floor"] == pytest.approx(want_floor, rel=0.02)
+    empty, said = results.latest_run(fake_run().iloc[0:0])
+    assert empty.empty and "no recorded data" in said
+
+
+def timing_geomean(values):
+    from workbook import timing
+    return timing.geomean(values)
+
+
+def test_geomean_ci_widens_with_the_intervals():
+    from kmeans_kernels.steps import results
+    g, lo, hi = results.geomean_ci([2.0, 0.5], [2.0, 0.5], [2.0, 0.5])
+    assert (g, lo, hi) == pytest.approx((1.0, 1.0, 1.0))
+    narrow = results.geomean_ci([1.0] * 4, [0.99] * 4, [1.01] * 4)
+    wide = results.geomean_ci([1.0] * 4, [0.9] * 4, [1.1] * 4)
+    assert wide[1] < narrow[1] < 1 < narrow[2] < wide[2]
+
+
+def test_results_figures_draw():
+    import matplotlib
+    matplotlib.use("Agg")
+    from kmeans_kernels.steps import results
+    run, note = results.latest_run(fake_run())
+    fig = results.plot_progression(results.progression(run), note)
+    assert len(fig.axes) == 2 and "kmeans_steps" in note
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels[-1] == "step4_hopper" and "production auto" not in labels     # the latest step last
+    fig = results.plot_ratios(run, ["ours/step2_ilp2", "ours/step3_norm_broadcast"], note)
+    drawn = [line for line in fig.axes[0].get_lines() if line.get_linestyle() not in ("None", "")]
+    assert len(drawn) == 1 and list(drawn[0].get_ydata()) == [1, 1]     # only the line at 1: no shape joins another
