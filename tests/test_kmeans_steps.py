@@ -416,3 +416,58 @@ def test_results_figures_draw():
     fig = results.plot_ratios(run, ["ours/step2_ilp2", "ours/step3_norm_broadcast"], note)
     drawn = [line for line in fig.axes[0].get_lines() if line.get_linestyle() not in ("None", "")]
     assert len(drawn) == 1 and list(drawn[0].get_ydata()) == [1, 1]     # only the line at 1: no shape joins another
+
+
+# ------------------------------------------------------------------ CPU: the ILP2 evidence
+
+def test_each_thread_holds_two_rows_of_the_accumulator():
+    from kmeans_kernels.steps import evidence
+    assert evidence.rows_per_thread(128) == {"threads": 128, "rows per thread": 2, "columns per row": 32}
+    assert evidence.rows_per_thread(256)["columns per row"] == 64
+    # the steps' view of their registers says the same: register _register(r, j) holds row r0 + 8r
+    s1 = step("step1_serial")
+    regs = sorted(s1._register(r, j) for r in range(2) for j in range(128 // 4))
+    assert regs == list(range(64))
+
+
+def test_chains_and_issue_budget():
+    from kmeans_kernels.steps import evidence
+    table = evidence.chains({"step1_serial": step("step1_serial"), "step2_ilp2": step("step2_ilp2")})
+    assert table.loc["independent chains per thread"].tolist() == [2, 4]
+    assert table.loc["compare-selects per link of the chain", "step2_ilp2"] > \
+        1.8 * table.loc["compare-selects per link of the chain", "step1_serial"]
+    budget = evidence.issue_budget(compiled("step1_serial"), 128)
+    assert budget["warps per scheduler"] == 2 and budget["WGMMA cycles per tile"] > 1000
+    assert 0 < budget["scan / WGMMA"] < 2
+
+
+NCU_REPORT = """# ncu of the k-means steps
+profiled: step1_serial 262144x128x4096
+profiled: step2_ilp2 262144x128x4096
+==PROF== Disconnected from process 1
+  kernel_cutlass_kernel_step1 (2048, 1, 1)x(288, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    Section: Command line profiler metrics
+    ----------------------------------------------------------------------- ----------- ------------
+    Metric Name                                                             Metric Unit Metric Value
+    gpu__time_duration.sum                                                           ms         1.20
+    smsp__issue_active.avg.pct_of_peak_sustained_active                               %        61.50
+    smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio                   0.30
+    smsp__average_warps_issue_stalled_wait_per_issue_active.ratio                               0.45
+  kernel_cutlass_kernel_step2 (2048, 1, 1)x(288, 1, 1), Context 1, Stream 7, Device 0, CC 9.0
+    gpu__time_duration.sum                                                           ms         1.21
+    smsp__issue_active.avg.pct_of_peak_sustained_active                               %        61.20
+    smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio                   0.20
+    smsp__average_warps_issue_stalled_wait_per_issue_active.ratio                               0.50
+"""
+
+
+def test_read_ncu_pairs_kernels_and_reads_unitless_ratios(tmp_path):
+    from kmeans_kernels.steps import evidence
+    path = tmp_path / "ncu.txt"
+    path.write_text(NCU_REPORT)
+    df = evidence.read_ncu(path)
+    assert list(df.index) == ["step1_serial 262144x128x4096", "step2_ilp2 262144x128x4096"]
+    assert df["smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"].tolist() == [0.45, 0.5]
+    assert df["gpu__time_duration.sum"].tolist() == [1.2, 1.21]
+    table = evidence.stall_table(df)
+    assert list(table.index[:2]) == ["wait", "short scoreboard"] and "issue slots busy (%)" in table.index
