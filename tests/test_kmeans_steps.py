@@ -142,6 +142,7 @@ def test_cases_are_their_own_reference_and_exact():
         assert torch.equal(case.expect, reference.assign(case.x, case.c, case.c_sq)), case.name
     ties = got[names.index("ties across tiles")]
     assert (ties.expect[:50] == 2).all()          # the copies of centroid 2 (3, 10, 130, ...) must lose the tie
+    assert (got[names.index("ties across chains")].expect[:50] == 3).all()
     assert (got[names.index("no winner")].expect == -1).all()
     assert cases.mismatches(ties.expect, ties.expect) == ""
     worse = ties.expect.clone()
@@ -193,6 +194,8 @@ def test_exercise_checkers_accept_the_computed_answer_and_refuse_others():
         assert checker(answer), checker.__name__
         assert not checker(answer + 1), checker.__name__
     assert exercises.norm_traffic(4, 32) and not exercises.norm_traffic(32, 0)
+    assert not exercises.norm_traffic(4, 32, block_n=256)
+    assert exercises.ring_slots(5) and not exercises.ring_slots(8) and exercises.ring_slots(3, D=256)
     with pytest.raises(ValueError, match="number"):
         exercises.chain_depth("64")
     assert "Right." in str(exercises.chain_depth(64)) and "Not yet" in exercises.chain_depth(1)._repr_html_()
@@ -386,6 +389,10 @@ def test_results_latest_run_ratios_and_progression():
     assert table.loc["step4_hopper", "% of flashlib lo"] < table.loc["step4_hopper", "% of flashlib"]
     want_floor = 100 * timing_geomean([floor.floor(65536, 128, 4096).ms / 0.6, floor.floor(262144, 256, 4096).ms / 0.6])
     assert table.loc["step4_hopper", "% of floor"] == pytest.approx(want_floor, rel=0.02)
+    vs = results.versus_floor(run, "ours/step4_hopper")
+    assert vs["flashlib / this"].tolist() == pytest.approx([0.75 / 0.6] * 2, rel=0.02)
+    assert vs.loc[(65536, 128, 4096), "% of floor"] == pytest.approx(100 * floor.floor(65536, 128, 4096).ms / 0.6,
+                                                                      rel=0.02)
     empty, said = results.latest_run(fake_run().iloc[0:0])
     assert empty.empty and "no recorded data" in said
 

@@ -65,4 +65,4 @@ def scan(sass_text: str, block_n: int = 128) -> dict[str, float]:
 def table(artifacts: dict[str, object], block_ns: dict[str, int] | None = None) -> pd.DataFrame:
     """`scan` of several compiled steps, one column each, rounded to whole instructions."""
     cols = {name: scan(art.sass, (block_ns or {}).get(name, 128)) for name, art in artifacts.items()}
-    return pd.DataFrame(cols).round(1)
+    return pd.DataFrame(cols).round(1).astype(object).map(lambda v: int(v) if float(v).is_integer() else v)

@@ -20,7 +20,7 @@ from pathlib import Path
 import pandas as pd
 
 from kmeans_kernels import floor, sass_checks
-from kmeans_kernels.steps import anatomy
+from kmeans_kernels.steps import anatomy, trial
 
 CONSUMER_WARPS, SCHEDULERS_PER_SM = 8, 4
 STALLS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle", "long_scoreboard",
@@ -61,11 +61,11 @@ def chains(modules: dict, D: int = 128) -> pd.DataFrame:
     how many compare-selects the schedulers can issue per link of the critical path."""
     rows = {}
     for name, module in modules.items():
-        a = anatomy.scan(module.compile(D).sass)
+        a = anatomy.scan(trial.compiled(module, D).sass)
         rows[name] = {"independent chains per thread": anatomy.ROWS_PER_THREAD * getattr(module, "CHAINS", 1),
                       "chain depth per tile": a["chain depth"], "compare-selects per tile": a["compare-selects"],
                       "compare-selects per link of the chain": a["compare-selects"] / a["chain depth"]}
-    return pd.DataFrame(rows).round(1)
+    return pd.DataFrame(rows).round(1).astype(object).map(lambda v: int(v) if float(v).is_integer() else v)
 
 
 def issue_budget(art, D: int, block_n: int = 128) -> dict[str, float]:

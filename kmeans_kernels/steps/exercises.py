@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from kmeans_kernels import sass_checks
 from kmeans_kernels.steps import anatomy
@@ -30,6 +31,8 @@ class Verdict:
     def __str__(self) -> str:
         return ("Right. " if self.correct else "Not yet. ") + self.message
 
+    __repr__ = __str__
+
     def _repr_html_(self) -> str:
         color = "#1a7f37" if self.correct else "#9a6700"
         return f"<p style='color:{color}'><b>{'Right.' if self.correct else 'Not yet.'}</b> {html.escape(self.message)}</p>"
@@ -42,7 +45,8 @@ def _number(answer, what: str) -> float:
 
 
 def _compiled(step_name: str, D: int = 128):
-    return stepper.load(f"kmeans_kernels.steps.{step_name}").compile(D)
+    from kmeans_kernels.steps import trial
+    return trial.compiled(stepper.load(f"kmeans_kernels.steps.{step_name}"), D)
 
 
 # ---------------------------------------------------------------------------------------------------- notebook 04
@@ -104,17 +108,24 @@ def independent_chains(answer) -> Verdict:
 
 # ---------------------------------------------------------------------------------------------------- notebook 06
 
-def norm_traffic(loads, shuffles) -> Verdict:
-    """In step 3, how many global loads and how many shuffles does a thread issue per tile for the half norms?"""
-    step3 = stepper.load("kmeans_kernels.steps.step3_norm_broadcast")
-    want_loads, want_shuffles = step3.BLOCK_N // 32, step3.BLOCK_N // 4
+def norm_traffic(loads, shuffles, block_n: int = 128) -> Verdict:
+    """With the norm broadcast (step 3; block_n=256: step 4's wide tiles), how many global loads and how many
+    shuffles does a thread issue per tile for the half norms?"""
+    want_loads, want_shuffles = block_n // 32, block_n // 4
     got = (_number(loads, "loads"), _number(shuffles, "shuffles"))
-    counts = anatomy.scan(_compiled("step3_norm_broadcast").sass)
     right = got == (want_loads, want_shuffles)
-    return Verdict(right, (f"{want_loads} loads (columns lane + 32t, t < {want_loads}) and {want_shuffles} shuffles "
-                           f"(one per column the thread scores). The SASS: {counts['LDG (kernel)']:.0f} LDG and "
-                           f"{counts['SHFL (kernel)']:.0f} SHFL, 8 of them the final lane merge.") if right else
-                   "A warp needs 128 distinct norms, 32 lanes load them; and every thread scores 32 columns.")
+    if not right:
+        return Verdict(False, f"A warp needs {block_n} distinct norms and 32 lanes load them; every thread scores "
+                              f"{block_n // 4} columns per row.")
+    if block_n == 128:
+        counts = anatomy.scan(_compiled("step3_norm_broadcast").sass)
+    else:
+        from kmeans_kernels.steps import trial
+        counts = anatomy.scan(trial.compiled(stepper.load("kmeans_kernels.steps.step4_hopper"), 128, wide=True).sass,
+                              block_n)
+    return Verdict(True, f"{want_loads} loads (columns lane + 32t, t < {want_loads}) and {want_shuffles} shuffles "
+                         f"(one per column the thread scores). The SASS: {counts['LDG (kernel)']:.0f} LDG and "
+                         f"{counts['SHFL (kernel)']:.0f} SHFL, 8 of them the final lane merge.")
 
 
 # ---------------------------------------------------------------------------------------------------- notebook 07
@@ -134,11 +145,25 @@ def register_cap(answer) -> Verdict:
     """With two CTAs of 288 threads per SM, how many registers may a thread use at most?"""
     want = (65536 // (2 * 9) // 32) // 8 * 8        # per warp, in units of 8 registers per thread (256 per warp)
     got = _number(answer, "registers per thread")
-    art = stepper.load("kmeans_kernels.steps.step4_hopper").compile(128)
+    art = _compiled("step4_hopper")
     regs = max(sass.registers(art.cubin).values())
     return Verdict(got == want, (f"65536 registers / (2 x 9 warps) = 3640 per warp, allocated in steps of 256: 3584, "
                                  f"i.e. {want} per thread. ptxas gave step 4 {regs}.") if got == want else
                    "65536 registers per SM, shared by 2 CTAs of 9 warps; a warp's registers come in steps of 256.")
+
+
+def ring_slots(answer, D: int = 128) -> Verdict:
+    """How many ring slots does step 4 (128-wide tiles, two CTAs per SM) get at D?"""
+    step4 = stepper.load("kmeans_kernels.steps.step4_hopper")
+    want = step4.stages_for(D)
+    got = _number(answer, "ring slots")
+    x_kib = step4.BLOCK_M * D * 2 / 1024
+    return Verdict(got == want, (f"half an SM is 114 KiB, less 1 KiB the hardware reserves per CTA; the point "
+                                 f"tile takes {x_kib:g} KiB and the barriers 1 KiB: {want} slots of 16 KiB (step 3, "
+                                 f"alone on the SM, had "
+                                 f"{stepper.load('kmeans_kernels.steps.step3_norm_broadcast').stages_for(D)}).")
+                   if got == want else f"(228 KiB / 2 - 1 KiB reserved - {x_kib:g} KiB point tile - 1 KiB barriers) "
+                                       "/ 16 KiB per slot, rounded down.")
 
 
 # ---------------------------------------------------------------------------------------------------- edit and run
@@ -154,10 +179,10 @@ def tie_rule(path) -> Verdict:
     def compares(art):
         return {ins.opcode for ins in sass_checks.scan_block(art.sass, after=None) if ins.base == "FSETP"}
 
-    mine, theirs = compares(module.compile(128)), compares(original.compile(128))
+    mine, theirs = compares(trial.compiled(module)), compares(trial.compiled(original))
     if mine == theirs:
         return Verdict(False, f"the scan's compares are unchanged ({sorted(theirs)}): edit `take = s < score` in "
-                              f"scan_tile of {path}, then call this again.")
+                              f"scan_tile of {Path(path).name}, then call this again.")
     said = f"The scan's compares changed from {sorted(theirs)} to {sorted(mine)}."
     if not trial.on_hopper():
         return Verdict(True, said + " No GPU here to run it: on an H100/H200, expect try_step(path) to report "
@@ -176,7 +201,8 @@ def tile_size(path, accumulator_registers) -> Verdict:
     block_n = module.BLOCK_N
     want = 64 * block_n // 128
     got = _number(accumulator_registers, "accumulator registers per thread")
-    art = module.compile(128)
+    from kmeans_kernels.steps import trial
+    art = trial.compiled(module)
     shapes = sorted({m.group(0) for m in re.finditer(r"HGMMA\.64x\d+x16", art.sass)})
     facts = (f"BLOCK_N = {block_n}: a 64 x {block_n} fp32 accumulator over 128 threads is {want} registers; the "
              f"SASS issues {', '.join(shapes)}, and the ring holds {module.stages_for(128)} slots at D = 128.")

@@ -2,6 +2,7 @@
 
     run, note = results.latest_run()            # the newest benchmark run; note: "recorded data from <file>, ..."
     results.ratios(run, "ours/step2_ilp2")      # per shape: ratio to the previous step with its 95 % interval
+    results.versus_floor(run, "ours/step1_serial")   # per shape: time, floor, % of floor, flashlib / this
     results.progression(run)                    # per step: geomean % of flashlib and % of the floor, intervals
     results.plot_progression(table, note)       # the progression figure, latest step last
     results.plot_ratios(run, ["ours/step2_ilp2"], note)   # one point per shape, error bars, no lines
@@ -69,6 +70,19 @@ def ratios(run: pd.DataFrame, name: str, timing: str = "kernel", against: str = 
     out["verdict"] = np.where(out.hi < 1, "faster", np.where(out.lo > 1, "slower", "noise"))
     if against == "vs":
         out.attrs["vs"] = label(rows.vs.iloc[0]) if len(rows) else ""
+    return out
+
+
+def versus_floor(run: pd.DataFrame, name: str, timing: str = "kernel") -> pd.DataFrame:
+    """Per shape: `name`'s median time, the floor (kmeans_kernels.floor), % of the floor, and flashlib's time /
+    `name`'s (> 1: `name` is faster) where flashlib was measured."""
+    rows = run[(_name(run) == name) & (run.timing == timing)].set_index(SHAPE).sort_index()
+    out = pd.DataFrame({"ms": rows.ms_median,
+                        "floor ms": [floor.floor(int(n), int(d), int(k)).ms for n, d, k in rows.index]},
+                       index=rows.index)
+    out["% of floor"] = 100 * out["floor ms"] / out["ms"]
+    if "ratio_flashlib" in rows and rows.ratio_flashlib.notna().all():
+        out["flashlib / this"] = 1 / rows.ratio_flashlib
     return out
 
 

@@ -11,6 +11,7 @@ says it needs the GPU, and the timing shows the rows recorded on the H200, with 
 """
 from __future__ import annotations
 
+import hashlib
 import html
 import types
 from dataclasses import dataclass, field
@@ -52,6 +53,19 @@ def previous_of(module: types.ModuleType) -> types.ModuleType | None:
         return original
     i = STEPS.index(name)
     return package_step(STEPS[i - 1]) if i else None
+
+
+_compiled: dict[tuple, object] = {}
+
+
+def compiled(module, D: int = 128, **options):
+    """`module.compile(D, **options)`, once per source: a notebook compiles each step only once, and an edited
+    copy is compiled anew (the key holds a hash of its file)."""
+    source = hashlib.sha1(Path(module.__file__).read_bytes()).hexdigest()
+    key = (source, D, tuple(sorted(options.items())))     # an unedited copy is the step it was copied from
+    if key not in _compiled:
+        _compiled[key] = module.compile(D, **options)
+    return _compiled[key]
 
 
 def _torch_assign(x, c, c_sq=None, out=None):
@@ -119,6 +133,9 @@ class TryResult:
         yield f"SASS of one tile's argmin (the scan block): opcodes that changed from {self.previous}", self.sass_delta
         yield "Per tile and thread (kmeans_kernels.steps.anatomy)", self.anatomy
 
+    def __repr__(self) -> str:
+        return str(self)
+
     def __str__(self) -> str:
         parts = [f"try_step: {self.name} (vs {self.previous})"]
         for title, body in self._sections():
@@ -179,15 +196,15 @@ def try_step(step, previous=None, *, shapes=DEFAULT_SHAPES, check: bool = True, 
     prev_name = TORCH if prev is None else step_name(prev)
     if prev is not None and prev_name == name:
         prev_name = f"{name} (package)"
-    compiled = {name: module.compile(D)}
+    arts = {name: compiled(module, D)}
     if prev is not None:
-        compiled[prev_name] = prev.compile(D)
-    base = compiled.get(prev_name, compiled[name])
+        arts[prev_name] = compiled(prev, D)
+    base = arts.get(prev_name, arts[name])
     # the delta of one tile's argmin (the scan block): what a step changes, without the compiler's other choices
-    block = {n: sass_checks.scan_block(a.sass, after=None) for n, a in ((prev_name, base), (name, compiled[name]))}
-    result = TryResult(name=name, previous=prev_name, compiled=compiled,
+    block = {n: sass_checks.scan_block(a.sass, after=None) for n, a in ((prev_name, base), (name, arts[name]))}
+    result = TryResult(name=name, previous=prev_name, compiled=arts,
                        sass_delta=stepper.sass_delta(block[prev_name], block[name], changed_only=True),
-                       anatomy=anatomy.table({n: compiled[n] for n in reversed(list(compiled))}))
+                       anatomy=anatomy.table({n: arts[n] for n in reversed(list(arts))}))
     gpu = on_hopper()
     if check:
         if gpu:
