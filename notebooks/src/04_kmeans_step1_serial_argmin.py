@@ -129,20 +129,22 @@ stepper.excerpt(step1, "def scan_tile")
 stepper.excerpt(step1, "def beats")
 
 # %% [markdown]
-# **Exercise 1 (predict).** Per tile a thread scores 2 rows × 32 columns. In `scan_tile`, `take = s < score` needs the
-# `score` that the previous column's select produced. How many *dependent* compare-select instructions does one row's
-# chain hold per tile? Put your number in `my_depth` and run the cell.
+# **Exercise 1 (predict).** Per tile a thread scores 2 rows × 32 columns, each score one compare and two selects. How
+# many compare-select instructions does a thread's scan of one tile issue (leave out the guards for centroids past
+# `K`)? And since `take = s < score` needs the `score` the previous column's select produced: how many *dependent*
+# compare-selects does one row's chain hold per tile? Put your numbers in and run the cell.
 
 # %%
-my_depth = None   # your prediction
-print(exercises.chain_depth(my_depth) if my_depth is not None else "Set my_depth to your prediction and re-run.")
+my_count, my_depth = None, None   # your predictions
+for checker, answer in ((exercises.compare_selects, my_count), (exercises.chain_depth, my_depth)):
+    print(checker(answer) if answer is not None else f"{checker.__name__}: set your prediction and re-run.")
 
 # %% [markdown]
 # <details><summary>Solution</summary>
 #
-# Each column costs one compare (FSETP) and one select of the score (FSEL) on the chain; the index select hangs off it.
-# 32 columns × 2 = 64 per row and tile: `exercises.chain_depth(64)`. The SASS below shows it, plus the guard of the first
-# column.
+# 64 scores × 3 = 192 compare-selects (`exercises.compare_selects(192)`). On the chain, each column costs one compare
+# (FSETP) and one select of the score (FSEL); the index select hangs off it: 32 columns × 2 = 64 per row and tile
+# (`exercises.chain_depth(64)`). The SASS below shows both, with the guards on top.
 # </details>
 #
 # ## 5. The evidence in the machine code
