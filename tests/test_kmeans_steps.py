@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-from kmeans_kernels import floor, reference, sass_checks
+from kmeans_kernels import floor, reference
 from kmeans_kernels.steps import STEPS, anatomy, cases, exercises, host, trial, try_step
 from workbook import sass, stepper
 

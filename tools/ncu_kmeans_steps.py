@@ -13,7 +13,6 @@ sections. About a minute on the H200, most of it compiling.
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import subprocess

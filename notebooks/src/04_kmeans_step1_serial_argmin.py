@@ -23,7 +23,6 @@ import numpy as np
 import pandas as pd
 from IPython.display import display
 
-from kmeans_kernels import floor
 from kmeans_kernels.steps import anatomy, evidence, exercises, results, step1_serial, trial, try_step
 from workbook import ROOT, gpus, plots, pr, sass, stepper
 
