@@ -127,3 +127,5 @@ def test_sass_delta_on_the_demo_kernel():
     assert (df.drop("SHFL")["change"] == 0).all()
     assert list(stepper.sass_delta(art.sass, fake_new, changed_only=True).index) == ["SHFL"]
     assert "SHFL.IDX" in stepper.sass_delta(art.sass, fake_new, base=False).index
+    part = sass.instructions(fake_new)[-1:]                  # a list of instructions: part of a kernel
+    assert stepper.sass_delta([], part).loc["SHFL"].tolist() == [0, 1, 1]

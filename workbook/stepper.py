@@ -23,6 +23,7 @@ import re
 import shutil
 import sys
 import types
+from collections import Counter
 from pathlib import Path
 from typing import Union
 
@@ -209,10 +210,15 @@ def excerpt(step: Source, start: str, end: str | None = None) -> Code:
     return Code(lines[first:last + 1], first + 1, label)
 
 
-def sass_delta(old_sass: str, new_sass: str, *, base: bool = True, changed_only: bool = False) -> pd.DataFrame:
+def sass_delta(old_sass, new_sass, *, base: bool = True, changed_only: bool = False) -> pd.DataFrame:
     """Opcode counts of two SASS listings (`workbook.sass.histogram`), one row per opcode: old, new, change;
-    the largest changes first. `base=False` keeps modifiers (`IMAD.WIDE`); `changed_only` drops equal rows."""
-    a, b = sass.histogram(old_sass, base=base), sass.histogram(new_sass, base=base)
+    the largest changes first. `base=False` keeps modifiers (`IMAD.WIDE`); `changed_only` drops equal rows.
+    Either side may also be a list of `workbook.sass.Instruction` (a part of a kernel, e.g. one loop body)."""
+    def counts(listing):
+        if isinstance(listing, str):
+            return sass.histogram(listing, base=base)
+        return Counter(ins.base if base else ins.opcode for ins in listing)
+    a, b = counts(old_sass), counts(new_sass)
     ops = sorted(set(a) | set(b))
     df = pd.DataFrame({"old": [a.get(o, 0) for o in ops], "new": [b.get(o, 0) for o in ops]},
                       index=pd.Index(ops, name="opcode"))

@@ -64,6 +64,10 @@ def adversarial(device: str | torch.device = "cuda", *, seed: int | None = None,
         c[k] = c[2]
     x[:50] = c[2]
     out.append(Case("ties across tiles", *on(x, c), what="copies of one centroid in several tiles and chains"))
+    xc, cc = x.clone(), small_integers(K, D, gen)
+    cc[10] = cc[130] = cc[3]                # 3: lane 1, odd column (chain 1); 10, 130: the same lane, chain 0
+    xc[:50] = cc[3]
+    out.append(Case("ties across chains", *on(xc, cc), what="the lowest tied index in the second chain of a lane"))
     same = c[:1].expand(K, D).contiguous()
     out.append(Case("all centroids equal", *on(x, same), expect=torch.zeros(N, dtype=torch.int32, device=device),
                     what="every score ties: index 0 everywhere"))
