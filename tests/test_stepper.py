@@ -119,7 +119,8 @@ def test_sass_delta_on_the_demo_kernel():
     import torch
     from cutlass.cute.runtime import from_dlpack
     a = from_dlpack(torch.zeros(256, dtype=torch.float32))
-    art = sass.compile_for(sass.vector_add, a, a, a, arch="sm_90a")
+    from workbook.primer.vector_add import vector_add
+    art = sass.compile_for(vector_add, a, a, a, arch="sm_90a")
     fake_new = art.sass + "\n        /*ffff*/                   SHFL.IDX R1, R2, R3, R4 ;\n"
     df = stepper.sass_delta(art.sass, fake_new)
     assert list(df.columns) == ["old", "new", "change"]
