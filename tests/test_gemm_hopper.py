@@ -580,3 +580,17 @@ def test_timeline_records_every_row_on_every_cta_of_its_cluster_in_order(M, N, K
     assert (df.groupby("cta").start.diff().dropna() > 0).all()
     assert (df.width.to_numpy() == call.work[:, 2].cpu().numpy()[df.row.to_numpy()]).all()
 
+
+
+@pytest.mark.parametrize("module", ["hopper", "blackwell"])
+@pytest.mark.parametrize("M, N, K, match", [
+    (2**31, 4096, 4096, "M=2147483648 is too large"),
+    (4096, 2**31, 4096, "N=2147483648 is too large"),
+    (4096, 4096, 2**31 - 248, "K=2147483400 is too large"),
+    (4096, 4096.0, 4096, "N must be a positive int"),
+])
+def test_sizes_past_32_bits_are_refused_by_name(module, M, N, K, match):
+    """Row and column indices are 32-bit in both GEMMs: a size they cannot take is a ValueError, not a wrap."""
+    import importlib
+    with pytest.raises(ValueError, match=match):
+        importlib.import_module(f"gemm_kernels.{module}").check_shape(M, N, K)
