@@ -206,3 +206,24 @@ def stream_handle(device: torch.device | int) -> int:
     if raw is not None:
         return raw(index)
     return torch.cuda.current_stream(index).cuda_stream
+
+
+def first_calls(fns: dict, make_inputs: Callable[[int], Sequence], calls: int = 20, warmup: int = 10) -> dict:
+    """What a call costs on inputs it has never seen (training-style code: new tensors at every step) and on
+    inputs it has (a benchmark's steady state), by the seeds' per-call-synchronised timing.
+
+    `fns`: {key: fn}; `make_inputs(i)`: a fresh argument tuple. Returns {key: (first, steady, outputs)}, two
+    `workbook.timing.Timing`s and the outputs of the first calls (to check them): `first` is `calls` calls,
+    each on its own fresh inputs, all held alive at once so that no address repeats; `steady` is `calls` calls
+    on one input set after `warmup` calls (compiling, loading modules and cuBLAS heuristics happen there, as
+    they are no first call's cost). Every contender sees the same inputs."""
+    from workbook import timing
+    warm = tuple(make_inputs(calls))
+    fresh = [tuple(make_inputs(i)) for i in range(calls)]
+    found = {}
+    for key, fn in fns.items():
+        steady = timing.bench(fn, [warm], warmup=warmup, iters=calls)
+        outputs = []
+        first = timing.bench(lambda *args, fn=fn: outputs.append(fn(*args)), fresh, warmup=0, iters=calls)
+        found[key] = (first, steady, outputs)
+    return found
