@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed
 # JupyterLab refuses to start as root unless told to (containers, CI machines, lent GPU machines run as root)
 LAB_FLAGS ?= $(if $(filter 0,$(shell id -u)),--allow-root)
 
-.PHONY: run test test-gpu lab bench-kmeans bench-gemm notebooks clean
+.PHONY: run test test-gpu lab bench-kmeans bench-gemm soak notebooks clean
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ bench-kmeans: $(STAMP)
 
 bench-gemm: $(STAMP)
 	$(PY) -m gemm_kernels.bench
+
+# GPU: 10,000 checked calls on random shapes, memory flat, a Lloyd loop in a user's CUDA graph (tools/soak.py)
+soak: $(STAMP)
+	$(PY) tools/soak.py
 
 clean:
 	rm -rf build $(VENV)

@@ -90,7 +90,7 @@ def _quiet():
 
 def test_no_hostile_script_reaches_the_page(hostile_page):
     _, page = hostile_page
-    assert "__pwned" not in page.replace("window.__pwned = 'markdown link'", "")   # no script, handler, frame
+    assert "__pwned" not in page                      # no script, handler, frame or link survives
     assert "javascript:" not in page
     for tag in ("<iframe", "<object", "onerror=", "onmouseover=", "onload="):
         assert tag not in page, tag
