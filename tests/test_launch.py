@@ -24,6 +24,9 @@ class FakeCompiled:
             self.devices.append(torch.cuda.current_device())
 
 
+CAPTURE_STREAM = 999          # the stand-in side stream that captures run on
+
+
 @pytest.fixture
 def capturing(monkeypatch):
     """The streams that are capturing now (none by default): stands in for cuStreamIsCapturing."""
@@ -38,7 +41,7 @@ def fake_graphs(monkeypatch, capturing):
     log = {"captured": [], "replayed": [], "destroyed": []}
 
     def capture(launch_on):
-        launch_on("capture-stream")
+        launch_on(CAPTURE_STREAM)
         log["captured"].append(len(log["captured"]))
         return f"graph{log['captured'][-1]}"
 
@@ -97,7 +100,7 @@ def test_first_sighting_is_a_direct_launch_and_a_repeat_is_captured_then_replaye
     for _ in range(3):                               # "a" repeats: captured once (on the side stream), replayed
         cache("a", lambda s: ("a", s), stream=5)
     assert fake_graphs["captured"] == [0]
-    assert fake.launched[3:] == ["exe('a', 'capture-stream')"]
+    assert fake.launched[3:] == [f"exe('a', {CAPTURE_STREAM})"]
     assert fake_graphs["replayed"] == [("graph0", 5)] * 3
 
 
@@ -271,3 +274,24 @@ def test_is_capturing_follows_the_driver():
     g.replay()
     torch.cuda.synchronize()
     assert x.tolist() == [1.0] * 4
+
+
+def test_gemm_compiles_are_keyed_by_device_and_made_there(devices, monkeypatch):
+    """gemm_kernels.hopper: one compiled kernel and launch cache per (Config, device), compiled with that device
+    current; likewise gemm_kernels.blackwell's per-shape builds."""
+    from gemm_kernels import blackwell, hopper
+    compiled_on = []
+    fake = lambda *a, **k: compiled_on.append(torch.cuda.current_device()) or FakeCompiled()   # noqa: E731
+    monkeypatch.setattr(hopper.cute, "compile", fake)
+    hopper._launches.cache_clear()
+    blackwell._compiled.cache_clear()
+    try:
+        cfg = hopper.Config()
+        one, zero = hopper._launches(cfg, 1), hopper._launches(cfg, 0)
+        assert one is hopper._launches(cfg, 1) and one is not zero
+        assert (one.device, zero.device) == (1, 0) and compiled_on == [1, 0]
+        blackwell._compiled(256, 256, 64, 1, 7, "register", torch.bfloat16, (256,), 1)
+        assert compiled_on == [1, 0, 1] and devices["current"] == 0
+    finally:
+        hopper._launches.cache_clear()
+        blackwell._compiled.cache_clear()
