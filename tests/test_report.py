@@ -119,6 +119,22 @@ def test_clean_html_keeps_what_is_safe_and_drops_what_is_not():
     assert '<span style="color: red;">c</span>' in clean
 
 
+def test_our_own_html_outputs_keep_their_look():
+    """workbook.stepper's coloured diff and the steps' checks: background, padding and border survive, any
+    url() in a style does not."""
+    diff = ("<div style='font-family:sans-serif;font-size:90%'><b>old</b> &rarr; <b>new</b></div>"
+            "<pre style='line-height:1.25;font-size:85%;padding:.5em;border:1px solid #ddd'>"
+            '<span style="background:#e6ffec;color:#116329">+ added</span></pre>'
+            "<p style='color:#1a7f37'><b>Right.</b> well done</p>"
+            '<span style="background: url(http://127.0.0.1:9/x.png) #fff">u</span>')
+    clean = report.clean_html(diff)
+    flat = clean.replace(" ", "")
+    for kept in ("font-family:sans-serif", "padding:.5em", "border:1pxsolid#ddd", "background:#e6ffec",
+                 "color:#116329", "color:#1a7f37", "\u2192"):
+        assert kept in flat, kept
+    assert "url(" not in clean and "127.0.0.1" not in clean and "background:#fff" in flat
+
+
 CDN = re.compile(r"cdnjs|unpkg|jsdelivr|cdn\.|googleapis|mathjax\.org", re.IGNORECASE)
 LOADS = re.compile(r"""(?:src|href)\s*=\s*["']?(https?:)?//|@import\s+url\(\s*["']?https?:|import\(\s*["']https?:""",
                    re.IGNORECASE)

@@ -56,6 +56,12 @@ _TAG_ATTRIBUTES = {"a": {"href"}, "img": {"src", "alt", "width", "height"}, "td"
                    "th": {"colspan", "rowspan"}, "details": {"open"}, "table": {"border"}, "ol": {"start"}}
 _DROPPED_WITH_CONTENT = ("script", "iframe", "frame", "frameset", "object", "embed", "applet", "base", "link",
                          "meta", "noscript", "template")
+# CSS properties kept in style attributes: bleach's list and the box and background shorthands our own outputs
+# use (a coloured diff, a framed block); whatever would fetch something is removed from every style first
+_SIDES = ("", "-top", "-bottom", "-left", "-right")
+STYLE_PROPERTIES = frozenset({"background", "border-radius", "border-style", "border-width", "max-width",
+                              "min-width", "opacity", "overflow-x", "overflow-y", "word-break",
+                              *(f"{box}{side}" for box in ("border", "padding", "margin") for side in _SIDES)})
 _CSS_FETCH = re.compile(r"@import[^;]*;?|url\s*\([^)]*\)|expression\s*\(", re.IGNORECASE)
 _SCHEME = re.compile(r"^\s*([a-zA-Z][a-zA-Z0-9+.-]*):")
 
@@ -163,9 +169,11 @@ def clean_html(fragment) -> str:
         element.decompose()
     for style in soup.find_all("style"):
         style.string = _CSS_FETCH.sub("", style.get_text())
+    for element in soup.find_all(style=True):
+        element["style"] = _CSS_FETCH.sub("", element["style"])
     return bleach.clean(str(soup), tags=SAFE_TAGS, attributes=_attribute_ok, strip=True, strip_comments=True,
                         protocols={"http", "https", "mailto", "data"},
-                        css_sanitizer=CSSSanitizer(allowed_css_properties=ALLOWED_CSS_PROPERTIES))
+                        css_sanitizer=CSSSanitizer(allowed_css_properties=ALLOWED_CSS_PROPERTIES | STYLE_PROPERTIES))
 
 
 def _without_widget_views(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
