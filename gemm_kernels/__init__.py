@@ -18,6 +18,20 @@ import torch
 from workbook import gpus
 
 BACKENDS = {"sm_90a": "gemm_kernels.hopper", "sm_100a": "gemm_kernels.blackwell"}
+# The kernels index rows and columns with 32-bit integers (so do TMA's coordinates), tile by tile: M, N and K
+# stay a tile (at most 256) below 2^31 so that every index of the last tile fits too. Offsets into c are 64-bit:
+# M * N may pass 2^31 (32768 tokens x a 128256-word vocabulary does).
+MAX_SIZE = 2**31 - 256
+
+
+def check_sizes(**sizes) -> None:
+    """Each size a positive int no larger than MAX_SIZE, or a ValueError that names it."""
+    for name, v in sizes.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+        if v > MAX_SIZE:
+            raise ValueError(f"{name}={v} is too large: the GEMM kernels index rows and columns with 32-bit "
+                             f"integers, so each of M, N, K must be at most {MAX_SIZE} (2^31 - 256)")
 
 
 def backend(arch: str):

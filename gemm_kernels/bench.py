@@ -4,7 +4,7 @@
     python -m gemm_kernels.bench --gpu b200           # the seed's benchmark on a B200 (refuses on any other GPU)
     python -m gemm_kernels.bench --shapes 4096x4096x4096 --no-record
 
-Method (DESIGN.md): three independently seeded input sets rotated between calls, 10 warm-up calls, the
+Method (the seeds', `workbook.timing`): three independently seeded input sets rotated between calls, 10 warm-up calls, the
 median of 30 CUDA-event-timed calls, with torch.matmul and every configuration taking turns call by call,
 the order rotating (`workbook.timing.bench_interleaved`: the GPU's clock drifts as it heats, and
 one-after-the-other timing hands that drift to whoever runs last); every input set is checked
@@ -12,6 +12,13 @@ against an fp32 reference first (`match_rate` = the fraction of sets within the 
 Rows go to data/measured/<gpu>/gemm.csv (`workbook.records`): kernel "ours" or "torch", variant = the
 configuration, M, N, K, TFLOP/s = 2MNK / median time. On a B200 the configurations are
 `gemm_kernels.blackwell.bench_configs()` (4-stage staged, 7-stage register, 7-stage register balanced).
+Each shape's rows are recorded as soon as they are measured, so an interrupted or failing run keeps them;
+every --shapes entry is checked before anything runs.
+
+First calls (``--first-calls``, on by default): `gemm_kernels.gemm` (default options) and torch.matmul on
+inputs they have never seen, as training-style code brings them (`workbook.launch.first_calls`: each call on
+fresh tensors), next to the steady state on one repeated input set; rows in gemm_first_call.csv (column
+``inputs``: "fresh" or "repeated").
 """
 from __future__ import annotations
 
@@ -19,6 +26,8 @@ import argparse
 import itertools
 
 import torch
+
+import gemm_kernels
 
 REL_TOL = 1e-2
 # Each step of the story, alone: the 4-stage ring with the staged epilogue, the register epilogue at the same
@@ -60,6 +69,8 @@ SQUARE = (4096, 8192, 16384)
 DEFAULT_VARIANT = "128x256x64 s4 deferred register balanced cluster2"   # what gemm_kernels.gemm runs by default
 SWEEP_SIDES = range(2048, 8193, 512)
 SWEEP_K = 8192
+FIRST_CALL_TABLE = "gemm_first_call"
+FIRST_CALL_BYTES = 16 << 30      # fresh input sets held at once for the first-call timing, at most
 
 
 def sweep_shapes():
@@ -89,10 +100,10 @@ def poor_wave_shapes(count: int = 3, K: int = 8192, gpu=None):
     return picked
 
 
-def input_sets(M: int, N: int, K: int, n: int = 3):
+def input_sets(M: int, N: int, K: int, n: int = 3, seed: int = 1234):
     sets = []
-    for seed in range(n):
-        g = torch.Generator(device="cuda").manual_seed(1234 + seed)
+    for i in range(n):
+        g = torch.Generator(device="cuda").manual_seed(seed + i)
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=g)
         sets.append((a, b))
@@ -133,26 +144,50 @@ def default_shapes(arch: str):
     return squares if arch == "sm_100a" else squares + poor_wave_shapes()
 
 
-def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None, table: str = "gemm"):
-    torch.backends.cuda.matmul.allow_tf32 = False    # the fp32 reference stays fp32
+def first_call_rows(M: int, N: int, K: int, calls: int) -> list[dict]:
+    """Rows of `gemm_kernels.gemm` (its defaults) and torch.matmul on fresh inputs and on repeated ones."""
+    from workbook import launch
+    calls = max(3, min(calls, FIRST_CALL_BYTES // ((M * K + K * N + M * N) * 2)))
+    make_inputs = lambda i: input_sets(M, N, K, n=1, seed=5000 + i)[0]   # noqa: E731
+    found = launch.first_calls({("ours", "gemm() defaults"): gemm_kernels.gemm, ("torch", "torch.matmul"): torch.matmul},
+                               make_inputs, calls)
     rows = []
+    for (kernel, variant), (first, steady, outputs) in found.items():
+        errors = [rel_error(c, *make_inputs(i)) for i, c in enumerate(outputs[:3])]
+        for inputs, t in (("fresh", first), ("repeated", steady)):
+            rows.append(dict(kernel=kernel, variant=variant, M=M, N=N, K=K, inputs=inputs, ms_median=t.ms_median,
+                             ms_min=t.ms_min, ms_max=t.ms_max, tflops=t.tflops(2.0 * M * N * K),
+                             match_rate=sum(e < REL_TOL for e in errors) / len(errors), max_rel_err=max(errors)))
+    return rows
+
+
+def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None, table: str = "gemm",
+        first_calls: int = 0):
+    torch.backends.cuda.matmul.allow_tf32 = False    # the fp32 reference stays fp32
+    from workbook import records
+    rows, first_rows = [], []
     for M, N, K in shapes:
         sets = input_sets(M, N, K)
         contenders = {("torch", "torch.matmul"): torch.matmul}
         for name, (fn, kw) in chosen.items():
             contenders["ours", name] = lambda a, b, fn=fn, kw=kw: fn(a, b, **kw)
-        rows += measure(contenders, sets, M, N, K)
-        for r in rows[-len(contenders):]:
-            print(_line(r, _torch(rows, M, N, K)), flush=True)
+        measured = measure(contenders, sets, M, N, K)
+        for r in measured:
+            print(_line(r, _torch(measured, M, N, K)), flush=True)
         del sets
+        if record:                                   # this shape's rows, now: a later failure keeps them
+            records.append(gpu_key, table, measured)
+        rows += measured
+        if out_csv:
+            import pandas as pd
+            pd.DataFrame(rows).to_csv(out_csv, index=False)
+        if first_calls:
+            shape_first = first_call_rows(M, N, K, first_calls)
+            if record:
+                records.append(gpu_key, FIRST_CALL_TABLE, shape_first)
+            first_rows += shape_first
         torch.cuda.empty_cache()
-    if record:
-        from workbook import records
-        records.append(gpu_key, table, rows)
-    if out_csv:
-        import pandas as pd
-        pd.DataFrame(rows).to_csv(out_csv, index=False)
-    return rows
+    return rows, first_rows
 
 
 def _torch(rows, M, N, K) -> float:
@@ -166,15 +201,21 @@ def _line(r, torch_tflops: float) -> str:
 
 
 def _shape(text: str):
+    """An MxNxK entry of --shapes, refused at parse time (before anything runs) unless a GEMM can take its sizes."""
     try:
         M, N, K = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"shape must be MxNxK, got {text!r}") from None
+    try:
+        gemm_kernels.check_sizes(M=M, N=N, K=K)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"{text}: {e}") from None
     return M, N, K
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m gemm_kernels.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", type=_shape, nargs="+", help="MxNxK shapes (default: squares + poor-wave shapes)")
     p.add_argument("--variants", nargs="+", metavar="NAME",
                    help="configurations to time (default: all of this GPU's); on H200: " + "; ".join(VARIANTS))
@@ -185,9 +226,17 @@ def main(argv=None):
     p.add_argument("--sweep", action="store_true",
                    help=f"torch.matmul and our default on every M, N in {SWEEP_SIDES.start}..{SWEEP_SIDES.stop - 1} "
                         f"step {SWEEP_SIDES.step} at K={SWEEP_K} (Hopper; table gemm_sweep)")
+    p.add_argument("--first-calls", type=int, default=20, metavar="CALLS",
+                   help="calls on fresh inputs per shape for the first-call timing of the default configuration "
+                        "(0: skip it; default 20; not with --sweep or --torch-only)")
     p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
     p.add_argument("--csv", help="also write the rows to this CSV file")
     args = p.parse_args(argv)
+    if args.first_calls < 0:
+        p.error(f"--first-calls must be >= 0, got {args.first_calls}")
+    unaligned = [f"{M}x{N}x{K}" for M, N, K in args.shapes or () if N % 8 or K % 8]
+    if unaligned and not args.torch_only:      # refused before anything runs, not at that shape's turn
+        p.error(f"--shapes {' '.join(unaligned)}: our kernels need N and K multiples of 8 (TMA's 16-byte rows)")
     from workbook import gpus
     spec = gpus.current()
     if spec is None:
@@ -210,8 +259,9 @@ def main(argv=None):
     if args.torch_only and not (args.shapes or args.sweep):
         raise SystemExit("--torch-only needs --shapes")
     shapes = sweep_shapes() if args.sweep else args.shapes or default_shapes(spec.arch)
-    rows = run(shapes, chosen, spec.key, record=not args.no_record, out_csv=args.csv,
-               table="gemm_sweep" if args.sweep else "gemm")
+    rows, first_rows = run(shapes, chosen, spec.key, record=not args.no_record, out_csv=args.csv,
+                           table="gemm_sweep" if args.sweep else "gemm",
+                           first_calls=0 if args.sweep or args.torch_only else args.first_calls)
     print("\nTFLOP/s (% of torch.matmul):")
     for (M, N, K), group in itertools.groupby(rows, key=lambda r: (r["M"], r["N"], r["K"])):
         group = list(group)
@@ -219,6 +269,11 @@ def main(argv=None):
         cells = "  ".join(f"{r['variant'].replace(' uniform', '')}: {r['tflops']:.0f} ({100 * r['tflops'] / base:.0f}%)"
                           for r in group)
         print(f"{M}x{N}x{K}: {cells}")
+    if first_rows:
+        print("\nfirst call on fresh inputs vs repeated inputs (ms, median):")
+        for (M, N, K), group in itertools.groupby(first_rows, key=lambda r: (r["M"], r["N"], r["K"])):
+            cells = "  ".join(f"{r['kernel']} {r['inputs']}: {r['ms_median']:.4f}" for r in group)
+            print(f"{M}x{N}x{K}: {cells}")
 
 
 if __name__ == "__main__":

@@ -76,9 +76,10 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
 from cutlass.tensor_utils import LayoutEnum
 
+import gemm_kernels
 from gemm_kernels import stages as stages_lib
 from gemm_kernels import waves
-from workbook import sass
+from workbook import launch, sass
 
 TILE_M = 256  # rows of C per CTA pair; each CTA of the pair owns 128 of them
 TILE_N = 256  # the widest item: columns of C per item; each CTA loads 128 columns of B for it
@@ -131,9 +132,7 @@ def _check_schedule(schedule: str) -> None:
 
 def check_shape(M: int, N: int, K: int) -> None:
     """The kernel's shape preconditions, each failure named. Any M; N and K multiples of 8."""
-    for name, value in (("M", M), ("N", N), ("K", K)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive int; got {value!r}")
+    gemm_kernels.check_sizes(M=M, N=N, K=K)
     for name, value, rows in (("N", N, "b and c"), ("K", K, "a")):
         if value % ALIGN_ELEMENTS:
             raise ValueError(f"{name}={value} is not a multiple of {ALIGN_ELEMENTS}: TMA needs every row of {rows} "
@@ -438,7 +437,7 @@ class Sm100Gemm:
                     with cute.arch.elect_one():
                         acc.release()
                 tTR_rC.store(tTR_rAcc.load().to(self.io_dtype))
-                gC = tTR_gC[(None, None, None, row_tile, col_tile + s)]
+                gC = tTR_gC[(None, None, None, cutlass.Int64(row_tile), col_tile + s)]
                 row, col = tTR_cC[(None, None, None, row_tile, col_tile + s)][0]
                 if row < M:
                     if col + EPI_SUBTILE_N <= N:
@@ -560,10 +559,11 @@ def compile_gemm(M: int, N: int, K: int, *, stages: int | None = None, epilogue:
 
 @functools.lru_cache(maxsize=32)
 def _compiled(M: int, N: int, K: int, num_items: int, stages: int, epilogue: str, dtype: torch.dtype,
-              widths: tuple[int, ...]):
-    """The launchable kernel for one shape and build, compiled once per process."""
+              widths: tuple[int, ...], device: int):
+    """The launchable kernel for one shape and build, compiled once per process and device (that one current)."""
     kernel = Sm100Gemm(stages, epilogue, dtype, widths)
-    return cute.compile(kernel, *_fake_args(M, N, K, num_items, dtype), options=f"--gpu-arch {ARCH}")
+    with launch.on_device(device):
+        return cute.compile(kernel, *_fake_args(M, N, K, num_items, dtype), options=f"--gpu-arch {ARCH}")
 
 
 def check_inputs(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> None:
@@ -609,10 +609,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, *, stages: int | None = None, epilogu
     N = b.shape[1]
     items, pairs, widths = _work_items(M, N, schedule, a.device)
     c = torch.empty(M, N, dtype=a.dtype, device=a.device) if out is None else out
-    compiled = _compiled(M, N, K, items.shape[0], stages, epilogue, a.dtype, widths)
-    stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
-    compiled(from_dlpack(a, assumed_align=16), from_dlpack(b.t(), assumed_align=16),
-             from_dlpack(c, assumed_align=16), from_dlpack(items, assumed_align=16), cutlass.Int32(pairs), stream)
+    device = a.device.index
+    compiled = _compiled(M, N, K, items.shape[0], stages, epilogue, a.dtype, widths, device)
+    stream = cuda.CUstream(launch.stream_handle(device))
+    with launch.on_device(device):
+        compiled(from_dlpack(a, assumed_align=16), from_dlpack(b.t(), assumed_align=16),
+                 from_dlpack(c, assumed_align=16), from_dlpack(items, assumed_align=16), cutlass.Int32(pairs),
+                 stream)
     return c
 
 

@@ -73,6 +73,7 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.cute.runtime import make_fake_stream
 from cutlass.tensor_utils import LayoutEnum
 
+import gemm_kernels
 from workbook import launch
 
 ARCH = "sm_90a"
@@ -778,9 +779,7 @@ def _check_options(epilogue: str, schedule: str):
 
 
 def check_shape(M: int, N: int, K: int):
-    for name, v in (("M", M), ("N", N), ("K", K)):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    gemm_kernels.check_sizes(M=M, N=N, K=K)
     if K % ALIGN or N % ALIGN:
         raise ValueError(f"K ({K}) and N ({N}) must be multiples of {ALIGN}: TMA needs the rows of a [M, K] "
                          f"and b [K, N] to start on 16-byte boundaries")
@@ -986,7 +985,7 @@ def _prepare(M: int, N: int, K: int, tile, stages, epilogue: str, schedule: str,
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
     slots = min(len(rows), plan.slots) if persistent else len(rows)
     sizes = (M, N, K, len(rows), slots * cfg.cluster_m)
-    return _Call(cfg, plan, work, _launches(cfg), sizes, partial_slots)
+    return _Call(cfg, plan, work, _launches(cfg, device), sizes, partial_slots)
 
 
 def _call_for(M: int, N: int, K: int, device: int, *, tile=None, stages=None, epilogue: str = "register",
@@ -1013,11 +1012,13 @@ def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: i
 
 
 @functools.lru_cache(maxsize=None)
-def _launches(cfg: Config) -> launch.LaunchCache:
-    """The kernel for `cfg`, compiled on first use, behind its launch cache. It is shape-generic: one compile
-    serves every M, N, K."""
+def _launches(cfg: Config, device: int) -> launch.LaunchCache:
+    """The kernel for `cfg` on one device, compiled on first use (with that device current), behind its launch
+    cache. It is shape-generic: one compile serves every M, N, K."""
     dummy = _args(16, 16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
-    return launch.LaunchCache(cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}"))
+    with launch.on_device(device):
+        compiled = cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}")
+    return launch.LaunchCache(compiled, device=device)
 
 
 def _check_operand(name: str, t) -> None:

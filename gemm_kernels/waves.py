@@ -40,6 +40,9 @@ from gemm_kernels.stages import cta_group_for
 from workbook import gpus
 
 SCHEDULES = ("static", "dynamic")
+# The planner is Python: about 10 s per million items for a balanced plan. 2^20 items of 128 x 256 are a
+# 64 GiB bf16 C, more than any GEMM that fits beside its operands in a GPU's memory; a larger plan is refused.
+MAX_ITEMS = 1 << 20
 
 
 class Tile(NamedTuple):
@@ -206,6 +209,10 @@ def _resolve(gpu, M, N, tile_m, tile_ns, slots, ctas_per_item, schedule):
     spec = gpus.get(gpu)
     _check_positive(M=M, N=N, tile_m=tile_m)
     widths = _check_widths(tile_ns)
+    tiles = math.ceil(M / tile_m) * math.ceil(N / widths[0])
+    if tiles > MAX_ITEMS:
+        raise ValueError(f"{M} x {N} in {tile_m} x {widths[0]} tiles is {tiles:,} work items; the planner takes at "
+                         f"most {MAX_ITEMS:,} (waves.MAX_ITEMS)")
     if schedule not in SCHEDULES:
         raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
     if slots is None:

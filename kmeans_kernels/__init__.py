@@ -29,6 +29,11 @@ BACKENDS = {"sm_90a": "kmeans_kernels.hopper", "sm_100a": "kmeans_kernels.blackw
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
 D_MULTIPLE = 16
 D_MAX = 512
+# The kernels index rows and centroids with 32-bit integers, tile by tile: the index of every row of the last
+# (partial) tile must fit too, so N and K stay a tile (at most 256) below 2^31.
+MAX_ROWS = 2**31 - 256
+# TMA reads x and c from 16-byte aligned rows; c_sq and out are read and written element by element.
+ALIGN = {"x": 16, "c": 16, "c_sq": 4, "out": 4}
 
 
 def backend(arch: str):
@@ -54,15 +59,38 @@ def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, ou
     if D % D_MULTIPLE or D > D_MAX:
         raise ValueError(f"D={D} is unsupported by the tensor-core kernels: D must be a multiple of {D_MULTIPLE} "
                          f"up to {D_MAX} (use kmeans_kernels.reference.assign for other D)")
-    for name, t in (("x", x), ("c", c)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be row-major contiguous (call .contiguous()); got strides {t.stride()}")
-    if c_sq is not None and (c_sq.dtype != torch.float32 or not c_sq.is_contiguous()):
-        raise ValueError(f"c_sq must be a contiguous float32 [K] tensor; got {c_sq.dtype}")
+    check_sizes(N=x.shape[0], D=D, K=c.shape[0])
+    if c_sq is not None and c_sq.dtype != torch.float32:
+        raise ValueError(f"c_sq must be a float32 [K] tensor; got {c_sq.dtype}")
     if out is not None:
-        if out.shape != (x.shape[0],) or out.dtype != torch.int32 or out.device != x.device or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous int32 [{x.shape[0]}] tensor on {x.device}; "
-                             f"got {out.dtype} {tuple(out.shape)} on {out.device}")
+        if not isinstance(out, torch.Tensor) or out.shape != (x.shape[0],) or out.dtype != torch.int32 \
+                or out.device != x.device:
+            raise ValueError(f"out must be an int32 [{x.shape[0]}] tensor on {x.device}; got "
+                             + (f"{out.dtype} {tuple(out.shape)} on {out.device}" if isinstance(out, torch.Tensor)
+                                else type(out).__name__))
+    for name, t in (("x", x), ("c", c), ("c_sq", c_sq), ("out", out)):
+        if t is None:
+            continue
+        if not t.is_contiguous():
+            what = "row-major contiguous" if t.dim() == 2 else "contiguous"
+            raise ValueError(f"{name} must be {what} (call .contiguous()); got shape {tuple(t.shape)} "
+                             f"with strides {t.stride()}")
+        if t.data_ptr() % ALIGN[name]:
+            raise ValueError(f"{name} must start on a {ALIGN[name]}-byte boundary for the kernels; its address is "
+                             f"{t.data_ptr():#x} (a view that starts part-way into a row is not aligned; a fresh "
+                             f"tensor is)")
+
+def check_sizes(*, N, D, K) -> None:
+    """N, D and K as the kernels can take them: ints, N and K from 1 to MAX_ROWS (32-bit row indices)."""
+    for name, v in (("N", N), ("D", D), ("K", K)):
+        if isinstance(v, bool) or not isinstance(v, int):
+            raise ValueError(f"{name} must be an int, got {v!r} ({type(v).__name__})")
+        if v < 1:
+            raise ValueError(f"{name} must be >= 1, got {v}")
+    for name, v in (("N", N), ("K", K)):
+        if v > MAX_ROWS:
+            raise ValueError(f"{name}={v} is too large: the kernels index rows with 32-bit integers, so N and K "
+                             f"must be at most {MAX_ROWS} (2^31 - 256); split the problem into chunks")
 
 
 def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
@@ -91,7 +119,8 @@ def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
 
 def compile_assign(variant: str, *, N: int, D: int, K: int, arch: str = "sm_90a", dump_dir=None):
     """Compile one variant for `arch` with no GPU; returns an object with .ptx, .cubin and .sass."""
-    if D % D_MULTIPLE or D > D_MAX or min(N, D, K) < 1:
+    check_sizes(N=N, D=D, K=K)
+    if D % D_MULTIPLE or D > D_MAX:
         raise ValueError(f"unsupported shape N={N}, D={D}, K={K}: N, K >= 1 and D a multiple of {D_MULTIPLE} "
                          f"up to {D_MAX}")
     be = backend(arch)

@@ -58,6 +58,7 @@ from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
 
 from kmeans_kernels import reduce
+from workbook import launch
 from workbook import sass as sass_tools
 
 ARCH = "sm_100a"
@@ -405,8 +406,10 @@ def _compile(variant: str, D: int, dtype: torch.dtype, dump_dir: Path | None):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(variant: str, D: int, dtype: torch.dtype):
-    return _compile(variant, D, dtype, None)
+def _compiled(variant: str, D: int, dtype: torch.dtype, device: int | None = None):
+    """The artifacts of one build, compiled once per process and device (with that device current)."""
+    with launch.on_device(device):
+        return _compile(variant, D, dtype, None)
 
 
 def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dtype = torch.bfloat16):
@@ -423,12 +426,15 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
 
 
 def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
-    """Launch on CUDA tensors already validated by kmeans_kernels.check_inputs; fills `out` (int32 [N])."""
-    art = compile(variant, x.shape[0], x.shape[1], c.shape[0], dtype=x.dtype)
+    """Launch on CUDA tensors already validated by kmeans_kernels.check_inputs (shapes, sizes, alignment);
+    fills `out` (int32 [N]) on x's device, whatever the current device is."""
+    device = x.device.index
+    art = _compiled(variant, x.shape[1], x.dtype, device)
     # N and K are the compiled kernel's runtime values: mark mode 0 of each tensor dynamic, as in _fake_args
     args = [from_dlpack(t, assumed_align=16 if t.ndim == 2 else 4).mark_compact_shape_dynamic(
         mode=0, stride_order=t.dim_order()) for t in (x, c, c_sq, out)]
-    art.compiled(*args, cuda_driver.CUstream(torch.cuda.current_stream(x.device).cuda_stream))
+    with launch.on_device(device):
+        art.compiled(*args, cuda_driver.CUstream(launch.stream_handle(device)))
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -431,23 +431,22 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
 
 
 @functools.lru_cache(maxsize=None)
-def _launches(variant: str, D: int, dtype: torch.dtype) -> launch.LaunchCache:
-    """The compiled kernel for (variant, D, dtype), compiled on first use, behind its launch cache."""
+def _launches(variant: str, D: int, dtype: torch.dtype, device: int) -> launch.LaunchCache:
+    """The compiled kernel for (variant, D, dtype) on one device, compiled on first use (with that device
+    current), behind its launch cache."""
     kernel = HopperAssign(variant, D, _cutlass_dtype(dtype))
-    return launch.LaunchCache(cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a"))
+    with launch.on_device(device):
+        compiled = cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a")
+    return launch.LaunchCache(compiled, device=device)
 
 
 def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
-    """Launch on CUDA tensors validated by kmeans_kernels.check_inputs; fills `out` (int32 [N])."""
+    """Launch on CUDA tensors validated by kmeans_kernels.check_inputs (shapes, sizes, alignment); fills `out`
+    (int32 [N]) on x's device, whatever the current device is."""
     D = x.shape[1]
     check_shape(D, x.dtype)
     check_variant(variant, D)
-    x_addr, c_addr = x.data_ptr(), c.data_ptr()
-    for name, addr in (("x", x_addr), ("c", c_addr)):
-        if addr % 16:
-            raise ValueError(f"{name} must start on a 16-byte boundary for TMA; its address is {addr:#x}")
-    c_sq_addr, out_addr = c_sq.data_ptr(), out.data_ptr()
-    N, K = x.shape[0], c.shape[0]
-    addrs = (x_addr, c_addr, c_sq_addr, out_addr, N, K)
-    _launches(variant, D, x.dtype)(addrs, lambda s: _args(x.dtype, *addrs, cuda.CUstream(s)),
-                                   launch.stream_handle(x.device))
+    device = x.device.index
+    addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), x.shape[0], c.shape[0])
+    _launches(variant, D, x.dtype, device)(addrs, lambda s: _args(x.dtype, *addrs, cuda.CUstream(s)),
+                                           launch.stream_handle(device))

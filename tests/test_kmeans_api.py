@@ -51,3 +51,80 @@ def test_arch_of_refuses_other_gpus(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: "NVIDIA RTX PRO 6000")
     with pytest.raises(ValueError, match="sm_120.*sm_90a.*sm_100a"):
         kmeans_kernels.arch_of(torch.device("cuda", 0))
+
+
+@pytest.fixture
+def on_gpu(monkeypatch):
+    """Pretend every tensor is on a GPU, so that the kernel-only checks are reached on a CPU."""
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
+
+
+def _misaligned(rows, cols, dtype, elements_in=1):
+    """A row-major [rows, cols] view that starts `elements_in` elements into a fresh buffer."""
+    buffer = torch.zeros(rows * cols + 16, dtype=dtype)
+    return buffer[elements_in:elements_in + rows * cols].view(rows, cols)
+
+
+@pytest.mark.parametrize("which", ["x", "c"])
+def test_a_view_that_is_not_16_byte_aligned_is_refused_for_every_backend(on_gpu, which):
+    """TMA reads x and c: one check in check_inputs, before any backend (Blackwell trusted assumed_align=16)."""
+    x, c = _xc(N=8, D=64, K=4)
+    bad = _misaligned(*(x if which == "x" else c).shape, torch.bfloat16)
+    assert bad.is_contiguous() and bad.data_ptr() % 16
+    args = (bad, c) if which == "x" else (x, bad)
+    with pytest.raises(ValueError, match=f"{which} must start on a 16-byte boundary"):
+        kmeans_kernels.check_inputs(*args, None, None)
+
+
+def test_misaligned_c_sq_and_out_are_refused(on_gpu):
+    x, c = _xc(N=8, D=64, K=4)
+    raw = bytearray(64)                    # torch's own views keep element alignment; a foreign buffer need not
+    c_sq = torch.frombuffer(raw, dtype=torch.float32, offset=1, count=4)
+    with pytest.raises(ValueError, match="c_sq must start on a 4-byte boundary"):
+        kmeans_kernels.check_inputs(x, c, c_sq, None)
+    out = torch.frombuffer(raw, dtype=torch.int32, offset=1, count=8)
+    with pytest.raises(ValueError, match="out must start on a 4-byte boundary"):
+        kmeans_kernels.check_inputs(x, c, None, out)
+
+
+def test_non_contiguous_c_sq_and_out_say_so(on_gpu):
+    """Not only the dtype: the message names what is wrong (contiguity) and shows the strides."""
+    x, c = _xc(N=8, D=64, K=4)
+    c_sq = torch.ones(8, dtype=torch.float32)[::2]
+    with pytest.raises(ValueError, match=r"c_sq must be contiguous.*strides \(2,\)"):
+        kmeans_kernels.check_inputs(x, c, c_sq, None)
+    out = torch.empty(16, dtype=torch.int32)[::2]
+    with pytest.raises(ValueError, match=r"out must be contiguous.*strides \(2,\)"):
+        kmeans_kernels.check_inputs(x, c, None, out)
+    with pytest.raises(ValueError, match="float32"):
+        kmeans_kernels.check_inputs(x, c, torch.ones(4, dtype=torch.float16), None)
+
+
+@pytest.mark.parametrize("which", ["N", "K"])
+def test_sizes_past_32_bits_are_refused(on_gpu, which):
+    """The kernels index rows with 32-bit integers: N >= 2^31 (64 GiB of x at D=16, which an H200 holds) used to
+    pass cutlass.Int32 and wrap."""
+    big = torch.zeros(1, 16, dtype=torch.bfloat16).expand(2**31, 16)   # no memory behind it
+    small = torch.zeros(4, 16, dtype=torch.bfloat16)
+    x, c = (big, small) if which == "N" else (small, big)
+    with pytest.raises(ValueError, match=f"{which}=2147483648 is too large.*32-bit"):
+        kmeans_kernels.check_inputs(x, c, None, None)
+    edge = torch.zeros(1, 16, dtype=torch.bfloat16).expand(kmeans_kernels.MAX_ROWS + 1, 16)
+    with pytest.raises(ValueError, match="too large"):
+        kmeans_kernels.check_inputs(*((edge, small) if which == "N" else (small, edge)), None, None)
+
+
+@pytest.mark.parametrize("sizes, match", [
+    (dict(N=128, D=16.0, K=128), r"D must be an int, got 16\.0"),
+    (dict(N=128.0, D=64, K=128), "N must be an int"),
+    (dict(N=128, D=64, K="128"), "K must be an int"),
+    (dict(N=True, D=64, K=128), "N must be an int"),
+    (dict(N=0, D=64, K=128), "N must be >= 1"),
+    (dict(N=2**31, D=64, K=128), "too large"),
+])
+def test_compile_assign_refuses_sizes_it_cannot_take_before_compiling(sizes, match, monkeypatch):
+    """compile_assign(D=16.0) used to fail deep inside CuTe; it must fail at once, naming the size."""
+    from kmeans_kernels import hopper
+    monkeypatch.setattr(hopper, "compile", lambda *a, **k: pytest.fail("reached the compiler"))
+    with pytest.raises(ValueError, match=match):
+        kmeans_kernels.compile_assign("serial", arch="sm_90a", **sizes)

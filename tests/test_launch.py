@@ -1,5 +1,7 @@
-"""workbook.launch: an argument set is marshalled (or captured) once per key and stream, launched at every
-call, kept alive while cached, and released when evicted; a failed capture falls back to direct launches."""
+"""workbook.launch: an argument set is marshalled once per key and stream and launched directly the first time,
+captured into a graph only once it repeats, never captured while the caller's stream is capturing, launched
+with the cache's device current, kept alive while cached and released when evicted; a failed capture falls back
+to direct launches. The driver and device calls are stood in for, so all of this runs on a CPU."""
 import pytest
 import torch
 
@@ -7,10 +9,10 @@ from workbook import launch
 
 
 class FakeCompiled:
-    """Stands in for a cute.compile result: records marshalling and launches."""
+    """Stands in for a cute.compile result: records marshalling and launches (and the device current then)."""
 
-    def __init__(self):
-        self.marshalled, self.launched = [], []
+    def __init__(self, devices=None):
+        self.marshalled, self.launched, self.devices = [], [], devices
 
     def generate_execution_args(self, *args):
         self.marshalled.append(args)
@@ -18,15 +20,28 @@ class FakeCompiled:
 
     def run_compiled_program(self, exe_args):
         self.launched.append(exe_args[0])
+        if self.devices is not None:
+            self.devices.append(torch.cuda.current_device())
+
+
+CAPTURE_STREAM = 999          # the stand-in side stream that captures run on
 
 
 @pytest.fixture
-def fake_graphs(monkeypatch):
+def capturing(monkeypatch):
+    """The streams that are capturing now (none by default): stands in for cuStreamIsCapturing."""
+    streams = set()
+    monkeypatch.setattr(launch, "is_capturing", lambda stream: stream in streams, raising=False)
+    return streams
+
+
+@pytest.fixture
+def fake_graphs(monkeypatch, capturing):
     """The driver's graph calls, replaced: a 'graph' records the launch it captured; replays are logged."""
     log = {"captured": [], "replayed": [], "destroyed": []}
 
     def capture(launch_on):
-        launch_on("capture-stream")
+        launch_on(CAPTURE_STREAM)
         log["captured"].append(len(log["captured"]))
         return f"graph{log['captured'][-1]}"
 
@@ -36,7 +51,7 @@ def fake_graphs(monkeypatch):
     return log
 
 
-def test_marshals_once_per_key_and_launches_every_call():
+def test_marshals_once_per_key_and_launches_every_call(capturing):
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, size=4, graphs=False)
     for _ in range(3):
@@ -46,7 +61,7 @@ def test_marshals_once_per_key_and_launches_every_call():
     assert fake.launched == ["exe(1, 2, 7)"] * 3 + ["exe(3, 4, 7)"]
 
 
-def test_another_stream_is_another_argument_set():
+def test_another_stream_is_another_argument_set(capturing):
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, graphs=False)
     cache("k", lambda s: (s,), stream=1)
@@ -55,7 +70,7 @@ def test_another_stream_is_another_argument_set():
     assert fake.launched == ["exe(1,)", "exe(2,)", "exe(1,)"]
 
 
-def test_oldest_argument_set_is_evicted_first():
+def test_oldest_argument_set_is_evicted_first(capturing):
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, size=2, graphs=False)
     for key in ("a", "b", "c", "b", "a"):
@@ -65,7 +80,7 @@ def test_oldest_argument_set_is_evicted_first():
     assert len(cache) == 2
 
 
-def test_entry_keeps_its_arguments_alive():
+def test_entry_keeps_its_arguments_alive(capturing):
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, graphs=False)
     made = []
@@ -74,36 +89,146 @@ def test_entry_keeps_its_arguments_alive():
     assert entry.args == (made[0],) and entry.adapted   # the arguments and the adapted objects are held
 
 
-def test_graph_is_captured_once_on_the_side_stream_and_replayed_on_the_callers(fake_graphs):
+def test_first_sighting_is_a_direct_launch_and_a_repeat_is_captured_then_replayed(fake_graphs):
+    """New tensors at every call (training, a Lloyd loop) must cost a plain launch, not a capture each."""
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, graphs=True)
+    for key in ("a", "b", "c"):                      # three first sightings: no graph at all
+        cache(key, lambda s, key=key: (key, s), stream=5)
+    assert fake_graphs["captured"] == [] and fake_graphs["replayed"] == []
+    assert fake.launched == ["exe('a', 5)", "exe('b', 5)", "exe('c', 5)"]
+    for _ in range(3):                               # "a" repeats: captured once (on the side stream), replayed
+        cache("a", lambda s: ("a", s), stream=5)
+    assert fake_graphs["captured"] == [0]
+    assert fake.launched[3:] == [f"exe('a', {CAPTURE_STREAM})"]
+    assert fake_graphs["replayed"] == [("graph0", 5)] * 3
+
+
+def test_a_capturing_stream_gets_direct_launches_and_no_capture_of_ours(fake_graphs, capturing):
+    """Inside the caller's torch.cuda.graph our kernel must be a plain launch on their stream (a node of their
+    graph): starting our own capture there would invalidate theirs."""
+    fake = FakeCompiled()
+    cache = launch.LaunchCache(fake, graphs=True)
+    cache("a", lambda s: ("a", s), stream=5)
+    cache("a", lambda s: ("a", s), stream=5)         # "a" on stream 5 holds a graph now
+    assert fake_graphs["captured"] == [0]
+    capturing.update({5, 9})
     for _ in range(3):
-        cache("k", lambda s: ("a", s), stream=5)
-    cache("j", lambda s: ("b", s), stream=5)
-    # the capture ran the compiled code once per key, on the capture stream; every call is a replay
-    assert fake.launched == ["exe('a', 'capture-stream')", "exe('b', 'capture-stream')"]
-    assert fake_graphs["replayed"] == [("graph0", 5)] * 3 + [("graph1", 5)]
+        cache("a", lambda s: ("a", s), stream=5)     # has a graph: still launched directly, not replayed
+        cache("n", lambda s: ("n", s), stream=9)     # new, then repeated: never captured
+    assert fake_graphs["captured"] == [0] and fake_graphs["replayed"] == [("graph0", 5)]
+    assert fake.launched[-6:] == ["exe('a', 5)", "exe('n', 9)"] * 3
+    capturing.clear()                                # the caller's capture is over: back to graphs
+    cache("n", lambda s: ("n", s), stream=9)
+    assert fake_graphs["captured"] == [0, 1] and fake_graphs["replayed"][-1] == ("graph1", 9)
 
 
-def test_evicted_graphs_are_destroyed(fake_graphs):
+def test_graphs_are_bounded_and_evicted_ones_destroyed(fake_graphs):
+    """More distinct repeating argument sets than the cache holds graphs for: the oldest graph goes (its
+    device memory with it), the entry stays marshalled, and it is captured again if it comes back."""
+    cache = launch.LaunchCache(FakeCompiled(), size=8, max_graphs=2, graphs=True)
+    for key in ("a", "b", "c"):
+        for _ in range(2):
+            cache(key, lambda s, key=key: (key, s), stream=0)
+    assert cache.graph_count == 2 and len(cache) == 3
+    assert fake_graphs["destroyed"] == ["graph0"]
+    assert cache._entries["a", 0].graph is None
+    cache("a", lambda s: ("a", s), stream=0)
+    assert fake_graphs["captured"] == [0, 1, 2, 3] and fake_graphs["destroyed"] == ["graph0", "graph1"]
+
+
+def test_evicted_argument_sets_release_their_graphs(fake_graphs):
     cache = launch.LaunchCache(FakeCompiled(), size=1, graphs=True)
     cache("a", lambda s: (s,), stream=0)
+    cache("a", lambda s: (s,), stream=0)
     cache("b", lambda s: (s,), stream=0)
-    assert fake_graphs["destroyed"] == ["graph0"]
+    assert fake_graphs["destroyed"] == ["graph0"] and cache.graph_count == 0
 
 
-def test_failed_capture_warns_once_and_launches_directly(monkeypatch):
+def test_failed_capture_warns_once_and_launches_directly(monkeypatch, capturing):
     def broken(launch_on):
         raise RuntimeError("capture not supported")
 
     monkeypatch.setattr(launch, "capture_graph", broken)
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, graphs=True)
+    cache("a", lambda s: ("a", s), stream=3)
     with pytest.warns(RuntimeWarning, match="capture not supported"):
         cache("a", lambda s: ("a", s), stream=3)
-    cache("b", lambda s: ("b", s), stream=3)      # no second warning: graphs are off for this cache now
+    cache("b", lambda s: ("b", s), stream=3)
+    cache("b", lambda s: ("b", s), stream=3)     # no second warning: graphs are off for this cache now
     assert not cache.graphs
-    assert fake.launched == ["exe('a', 3)", "exe('b', 3)"]
+    assert fake.launched == ["exe('a', 3)"] * 2 + ["exe('b', 3)"] * 2
+
+
+@pytest.fixture
+def devices(monkeypatch):
+    """torch's current-device calls, stood in for: two GPUs, device 0 current; `entered` logs the guards."""
+    state = {"current": 0, "entered": []}
+
+    class Guard:
+        def __init__(self, index):
+            self.index = index
+
+        def __enter__(self):
+            state["entered"].append(self.index)
+            self.before, state["current"] = state["current"], self.index
+
+        def __exit__(self, *exc):
+            state["current"] = self.before
+
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: state["current"])
+    monkeypatch.setattr(torch.cuda, "device", Guard)
+    return state
+
+
+def test_launches_and_captures_run_on_the_caches_device(devices, fake_graphs, monkeypatch):
+    """A tensor on cuda:1 while cuda:0 is current: the launch, and the capture (whose side stream is the
+    current device's), must happen with device 1 current; the caller's current device is left as it was."""
+    captured_on = []
+    capture = launch.capture_graph
+    monkeypatch.setattr(launch, "capture_graph",
+                        lambda launch_on: captured_on.append(torch.cuda.current_device()) or capture(launch_on))
+    launched_on = []
+    cache = launch.LaunchCache(FakeCompiled(devices=launched_on), graphs=True, device=1)
+    cache("a", lambda s: ("a", s), stream=11)
+    cache("a", lambda s: ("a", s), stream=11)
+    assert launched_on == [1, 1] and captured_on == [1]
+    assert devices["current"] == 0
+    here = launch.LaunchCache(FakeCompiled(devices=launched_on), graphs=False, device=0)
+    here("b", lambda s: ("b", s), stream=12)
+    assert devices["entered"] == [1, 1]           # no guard (no host time) when the device is current already
+    assert launched_on[-1] == 0
+
+
+def test_kmeans_caches_are_keyed_by_device_and_launch_there(devices, fake_graphs, monkeypatch):
+    """kmeans_kernels.hopper: x on cuda:1 with cuda:0 current compiles (once) and launches with device 1
+    current, on device 1's stream, in a cache of its own."""
+    from kmeans_kernels import hopper
+    compiled_on, launched_on, streams_of = [], [], []
+    monkeypatch.setattr(hopper.cute, "compile", lambda *a, **k: compiled_on.append(torch.cuda.current_device())
+                        or FakeCompiled(devices=launched_on))
+    monkeypatch.setattr(launch, "stream_handle", lambda device: streams_of.append(device) or 100 + device)
+    hopper._launches.cache_clear()
+
+    class Tensor:   # what run() reads of a CUDA tensor
+        def __init__(self, shape, dtype, device, address):
+            self.shape, self.dtype, self.device, self._address = shape, dtype, torch.device("cuda", device), address
+
+        def data_ptr(self):
+            return self._address
+
+    try:
+        for device in (1, 1, 0):
+            x, c = Tensor((64, 128), torch.bfloat16, device, 1 << 20), Tensor((32, 128), torch.bfloat16, device, 2 << 20)
+            c_sq, out = Tensor((32,), torch.float32, device, 3 << 20), Tensor((64,), torch.int32, device, 4 << 20)
+            hopper.run("serial", x, c, c_sq, out)
+        assert compiled_on == [1, 0] and launched_on == [1, 1, 0] and streams_of == [1, 1, 0]
+        assert hopper._launches("serial", 128, torch.bfloat16, 1).device == 1
+        assert hopper._launches("serial", 128, torch.bfloat16, 1) is not hopper._launches("serial", 128,
+                                                                                       torch.bfloat16, 0)
+    finally:
+        hopper._launches.cache_clear()
 
 
 def test_graphs_default_follows_the_environment_switch(monkeypatch):
@@ -113,16 +238,60 @@ def test_graphs_default_follows_the_environment_switch(monkeypatch):
     assert launch.LaunchCache(FakeCompiled()).graphs is True
 
 
-def test_size_must_be_positive():
+def test_sizes_must_be_positive():
     with pytest.raises(ValueError, match="size"):
         launch.LaunchCache(FakeCompiled(), size=0)
+    with pytest.raises(ValueError, match="max_graphs"):
+        launch.LaunchCache(FakeCompiled(), max_graphs=0)
+
+
+# ------------------------------------------------------------------ GPU
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@needs_cuda
 def test_stream_handle_is_the_current_stream():
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         assert launch.stream_handle(torch.device("cuda")) == s.cuda_stream
     assert launch.stream_handle(torch.device("cuda", 0)) == torch.cuda.current_stream(0).cuda_stream
     assert launch.stream_handle(0) == torch.cuda.current_stream(0).cuda_stream
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_is_capturing_follows_the_driver():
+    s = torch.cuda.Stream()
+    assert not launch.is_capturing(s.cuda_stream)
+    g = torch.cuda.CUDAGraph()
+    x = torch.zeros(4, device="cuda")
+    with torch.cuda.graph(g):
+        assert launch.is_capturing(launch.stream_handle(0))
+        x += 1
+    assert not launch.is_capturing(launch.stream_handle(0))
+    g.replay()
+    torch.cuda.synchronize()
+    assert x.tolist() == [1.0] * 4
+
+
+def test_gemm_compiles_are_keyed_by_device_and_made_there(devices, monkeypatch):
+    """gemm_kernels.hopper: one compiled kernel and launch cache per (Config, device), compiled with that device
+    current; likewise gemm_kernels.blackwell's per-shape builds."""
+    from gemm_kernels import blackwell, hopper
+    compiled_on = []
+    fake = lambda *a, **k: compiled_on.append(torch.cuda.current_device()) or FakeCompiled()   # noqa: E731
+    monkeypatch.setattr(hopper.cute, "compile", fake)
+    hopper._launches.cache_clear()
+    blackwell._compiled.cache_clear()
+    try:
+        cfg = hopper.Config()
+        one, zero = hopper._launches(cfg, 1), hopper._launches(cfg, 0)
+        assert one is hopper._launches(cfg, 1) and one is not zero
+        assert (one.device, zero.device) == (1, 0) and compiled_on == [1, 0]
+        blackwell._compiled(256, 256, 64, 1, 7, "register", torch.bfloat16, (256,), 1)
+        assert compiled_on == [1, 0, 1] and devices["current"] == 0
+    finally:
+        hopper._launches.cache_clear()
+        blackwell._compiled.cache_clear()

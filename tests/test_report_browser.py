@@ -12,8 +12,9 @@ from __future__ import annotations
 import functools
 import http.server
 import json
-import random
 import os
+import random
+import re
 import shutil
 import subprocess
 import tempfile
@@ -125,10 +126,14 @@ class Browser:
         assert "exceptionDetails" not in res, res["exceptionDetails"]
         return res["result"].get("value")
 
+    def requests_elsewhere(self, origin: str) -> list[str]:
+        """URLs requested since the last open() from anywhere but `origin` (data: and about: URLs fetch nothing)."""
+        return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"
+                and not e["params"]["request"]["url"].startswith((origin, "data:", "about:"))]
+
     def problems(self, origin: str) -> list[str]:
-        """JavaScript exceptions and failed same-origin requests since the last open(). Requests to other
-        hosts (the math and widget scripts nbconvert links from a CDN) may fail offline; the page works
-        without them."""
+        """JavaScript exceptions, dialogs (alert() and the like) and failed same-origin requests since the last
+        open()."""
         urls = {e["params"]["requestId"]: e["params"]["request"]["url"]
                 for e in self.events if e.get("method") == "Network.requestWillBeSent"
                 and not e["params"]["request"]["url"].endswith("/favicon.ico")}   # the browser asks on its own
@@ -137,6 +142,8 @@ class Browser:
             method, p = ev.get("method"), ev.get("params", {})
             if method == "Runtime.exceptionThrown":
                 found.append(f"exception: {p['exceptionDetails'].get('exception', {}).get('description', p)}")
+            elif method == "Page.javascriptDialogOpening":
+                found.append(f"dialog: {p.get('message')}")
             elif method == "Network.loadingFailed" and urls.get(p["requestId"], "").startswith(origin):
                 found.append(f"failed: {urls[p['requestId']]} ({p.get('errorText')})")
             elif (method == "Network.responseReceived" and p["requestId"] in urls
@@ -237,6 +244,7 @@ def test_every_notebook_page_loads_with_its_figures(served, browser):
     for page in pages:
         browser.open(f"{base}/{page}")
         assert not browser.problems(base), page
+        assert not browser.requests_elsewhere(base), f"{page} loads from elsewhere (a CDN?)"
         stem = page.removesuffix(".html")
         if folder != report.REPORT:   # the page renders the committed notebook: compare with it
             nb = nbformat.read(report.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
@@ -291,6 +299,54 @@ def test_a_failing_notebook_gets_a_red_row_and_its_traceback_page(tmp_path, brow
         _check_images(browser, "index.html", 1)
         browser.open(f"{base}/02_bad.html")
         assert "ZeroDivisionError" in browser.evaluate("document.body.innerText")
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+MATH_TYPESET_JS = """
+(async () => {
+  for (let i = 0; i < 200; i++) {
+    const hub = window.MathJax && window.MathJax.Hub;
+    if (hub && hub.queue && hub.queue.pending === 0 && hub.queue.running === 0
+        && document.querySelectorAll('.MathJax, .MathJax_Display, .MathJax_SVG').length) return true;
+    await new Promise(r => setTimeout(r, 100));
+  }
+  return false;
+})()
+"""
+
+
+def test_a_hostile_notebook_runs_no_script_and_keeps_our_tables_figures_and_math(tmp_path, browser):
+    """Scripts in markdown and in HTML outputs, event handlers, javascript: links, frames, JavaScript and SVG
+    outputs: none may run, as JupyterLab treats an untrusted notebook; our table, figure, folded answer and
+    math (MathJax from the report folder) still show, and nothing is fetched from elsewhere."""
+    from test_report import hostile_notebook
+    path = tmp_path / "01_hostile.ipynb"
+    nbformat.write(hostile_notebook(), path)
+    out = tmp_path / "report"
+    report.build([path], out, run=False, progress=False)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(out)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        browser.open(f"{base}/01_hostile.html")
+        if report.mathjax_source() is not None:
+            assert browser.evaluate(MATH_TYPESET_JS), "MathJax did not typeset the page's math"
+        browser.evaluate("document.getElementById('hover').dispatchEvent(new MouseEvent('mouseover'))")
+        browser.evaluate("document.getElementById('jslink').click()")
+        time.sleep(0.5)
+        assert browser.evaluate("String(window.__pwned)") == "undefined"
+        assert browser.evaluate("document.title") == "Hostile"
+        # the hostile <img>s stay, without their onerror: their own 404s are the only problems allowed
+        assert [p for p in browser.problems(base) if not re.search(r"https?://\S+/(x|nothing\.png)\b", p)] == []
+        assert not browser.requests_elsewhere(base)
+        assert browser.evaluate("document.querySelectorAll('iframe, object, embed').length") == 0
+        assert browser.evaluate("document.querySelectorAll('table.dataframe th').length") == 2
+        assert "the folded answer" in browser.evaluate("document.querySelector('details').textContent")
+        drawn = [i for i in browser.evaluate(IMAGES_JS) if i["src"].startswith("data:")]
+        assert len(drawn) == 2, drawn                    # our PNG figure and the (inert) SVG
+        assert all(i["width"] > 0 and i["variance"] > 1.0 for i in drawn), drawn
     finally:
         server.shutdown()
         server.server_close()

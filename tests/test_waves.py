@@ -282,3 +282,20 @@ def test_stream_k_leaves_a_full_last_wave_alone():
     assert waves.stream_k(264, 66, 64) == (264, ())
     with pytest.raises(ValueError, match="slots"):
         waves.stream_k(10, 0, 4)
+
+
+@pytest.mark.parametrize("M, N", [(2**31, 2**31), (10**12, 4096), (2**30, 2**21)])
+def test_an_absurd_size_fails_fast_and_clearly(M, N):
+    """plan() builds every work item in Python: a shape past MAX_ITEMS used to run for minutes or raise a bare
+    MemoryError; it must be refused at once, saying how many items it would take."""
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(ValueError, match="work items; the planner takes at most"):
+        waves.plan(M, N, gpu="h200", tile_m=128, tile_ns=(256, 128))
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_the_limit_counts_edge_tiles():
+    rows = waves.MAX_ITEMS // 4               # 4 tiles per row: one more (partial) row is past the limit
+    with pytest.raises(ValueError, match=f"{waves.MAX_ITEMS + 4:,} work items"):
+        waves.plan(128 * rows + 1, 4 * 256, gpu="h200", tile_m=128, tile_ns=(256,), balanced=False)

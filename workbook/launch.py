@@ -1,6 +1,6 @@
 """Launching a compiled CuTe DSL function with little host time: marshal each argument set once, replay it.
 
-    launches = LaunchCache(compiled)                 # one per compiled function
+    launches = LaunchCache(compiled, device=0)       # one per compiled function and device
     launches(key, lambda s: (ptr_a, ptr_b, Int32(M), CUstream(s)), stream)
         # key: every value the arguments encode except the stream; make_args builds them for stream handle s
 
@@ -12,18 +12,26 @@ pointers and Int32s into ctypes (`generate_execution_args`). Our own wrappers ad
 (`make_ptr`, `cutlass.Int32`, `torch.cuda.current_stream`), so a 40 us kernel was timed at 80-90 us and the
 4096^3 GEMM lost 20 % to cuBLAS in the synchronised timing while matching it back to back.
 
-Two levels of caching, per argument set (FIFO of the last `size` sets, keyed by the values they encode):
-  * marshalled arguments: a hit skips all argument building and calls the compiled host code, which still
-    encodes the TMA descriptors and launches (about 10 us on the H200 machine's CPU);
-  * with `graphs=True` (the default), that one launch is captured once into a CUDA graph, and a hit replays
-    it with `cuGraphLaunch`: the descriptors were encoded at capture, so a call costs one driver call. The
-    graph holds the kernel's parameters by value, so the key must hold every value the arguments carry:
-    equal keys must mean equal arguments. A graph is replayed in order with its own earlier launches, so
-    the same argument set launched on two streams does not run concurrently. If capture fails, the cache
-    warns once and launches directly from then on; `WORKBOOK_LAUNCH_GRAPHS=0` turns graphs off.
+What a call does, per argument set (keyed by the values it encodes and the stream):
+  * first sighting: marshal the arguments and launch directly. A first call costs what a plain launch costs,
+    so code that brings new tensors at every step (training, a Lloyd loop) pays nothing for the cache;
+  * a repeat: the marshalled arguments are reused (the compiled host code still encodes the TMA descriptors,
+    about 10 us); with `graphs=True` (the default) that launch is also captured once into a CUDA graph (on a
+    side stream, relaxed mode) and replayed from then on with `cuGraphLaunch`, one driver call. The graph holds
+    the kernel's parameters by value, so equal keys must mean equal arguments. A graph is replayed in order
+    with its own earlier launches, so one argument set launched on two streams does not run concurrently;
+  * while the stream is capturing (the caller's `torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`):
+    launch directly, so that the kernel becomes a node of the caller's graph. Starting a capture of our own
+    then would invalidate theirs.
+What it keeps: the last `size` argument sets marshalled (host memory: ctypes values and integer addresses,
+never a tensor), of which at most `max_graphs` hold an executable graph (device memory); the oldest goes first.
+Launches and captures run with the cache's `device` current, whatever the caller's current device is.
+If capture fails, the cache warns once and launches directly from then on; `WORKBOOK_LAUNCH_GRAPHS=0` turns
+graphs off.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import warnings
 from typing import Callable, Hashable, Sequence
@@ -35,81 +43,103 @@ GRAPHS = os.environ.get("WORKBOOK_LAUNCH_GRAPHS", "1") != "0"
 
 
 class LaunchCache:
-    """Calls of one compiled CuTe DSL function, each argument set marshalled (and captured) once."""
+    """Calls of one compiled CuTe DSL function on one device, each argument set marshalled once, and captured
+    into a CUDA graph once it repeats."""
 
-    def __init__(self, compiled, size: int = 64, graphs: bool | None = None):
-        if size < 1:
-            raise ValueError(f"size must be >= 1, got {size}")
+    def __init__(self, compiled, size: int = 64, graphs: bool | None = None, *, device: int | None = None,
+                 max_graphs: int = 16):
+        if size < 1 or max_graphs < 1:
+            raise ValueError(f"size and max_graphs must be >= 1, got {size} and {max_graphs}")
         self.compiled = compiled
         self.size = size
+        self.max_graphs = max_graphs
         self.graphs = GRAPHS if graphs is None else graphs
+        self.device = device
         self._entries: dict[Hashable, _Launch] = {}
+        self._graphed: dict[Hashable, None] = {}     # keys of the entries that hold a graph, oldest first
 
     def __call__(self, key: Hashable, make_args: Callable[[int], Sequence], stream: int) -> None:
         """Launch on `stream` (a raw handle) the call whose arguments `make_args(stream)` builds."""
-        entry = self._entries.get((key, stream))
-        if entry is None:
-            entry = self._add((key, stream), make_args, stream)
-        entry.launch(stream)
+        with on_device(self.device):
+            full_key = (key, stream)
+            entry = self._entries.get(full_key)
+            if entry is None:                      # first sighting: a plain launch, and remember it
+                self._add(full_key, _Launch(self.compiled, make_args(stream))).launch()
+            elif is_capturing(stream):             # the caller's graph: our launch becomes one of its nodes
+                entry.launch()
+            else:
+                if entry.graph is None and self.graphs:
+                    self._capture(full_key, entry, make_args)   # a repeat: worth a graph
+                if entry.graph is not None:
+                    graph_launch(entry.graph, stream)
+                else:
+                    entry.launch()
 
-    def _add(self, full_key, make_args, stream) -> "_Launch":
-        entry = None
-        if self.graphs:
-            try:
-                entry = _GraphLaunch(self.compiled, make_args)
-            except Exception as e:   # capture unsupported here: launch directly from now on
-                warnings.warn(f"CUDA graph capture failed ({e}); launching without graphs", RuntimeWarning)
-                self.graphs = False
-        if entry is None:
-            entry = _DirectLaunch(self.compiled, make_args(stream))
+    def _add(self, full_key, entry: "_Launch") -> "_Launch":
         if len(self._entries) >= self.size:
-            self._entries.pop(next(iter(self._entries))).close()
+            oldest = next(iter(self._entries))
+            self._graphed.pop(oldest, None)
+            self._entries.pop(oldest).close()
         self._entries[full_key] = entry
         return entry
+
+    def _capture(self, full_key, entry: "_Launch", make_args) -> None:
+        try:
+            # captured on a side stream: the arguments (which carry the stream) are built for that one
+            entry.graph = capture_graph(lambda s: _Launch(self.compiled, make_args(s)).launch())
+        except Exception as e:   # capture unsupported here: launch directly from now on
+            warnings.warn(f"CUDA graph capture failed ({e}); launching without graphs", RuntimeWarning)
+            self.graphs = False
+            return
+        self._graphed[full_key] = None
+        if len(self._graphed) > self.max_graphs:
+            oldest = next(iter(self._graphed))
+            del self._graphed[oldest]
+            self._entries[oldest].close()           # back to a marshalled launch; captured again if it repeats
 
     def __len__(self) -> int:
         return len(self._entries)
 
+    @property
+    def graph_count(self) -> int:
+        return len(self._graphed)
+
 
 class _Launch:
-    def launch(self, stream: int) -> None:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-class _DirectLaunch(_Launch):
-    """Marshalled arguments (the stream baked in) and the compiled host code that launches them."""
+    """Marshalled arguments (the stream baked in), the compiled host code that launches them, and the
+    executable graph of that launch once it has been captured."""
 
     def __init__(self, compiled, args: Sequence):
         self.compiled = compiled
         self.args = tuple(args)
         # the ctypes values point into `args` and `adapted`: keep them alive as long as the entry
         self.exe_args, self.adapted = compiled.generate_execution_args(*self.args)
+        self.graph = None
 
-    def launch(self, stream: int) -> None:
+    def launch(self) -> None:
         self.compiled.run_compiled_program(self.exe_args)
 
-
-class _GraphLaunch(_Launch):
-    """One launch of the compiled function, captured on a side stream into an executable CUDA graph."""
-
-    def __init__(self, compiled, make_args):
-        self.exec = capture_graph(lambda s: _DirectLaunch(compiled, make_args(s)).launch(s))
-
-    def launch(self, stream: int) -> None:
-        graph_launch(self.exec, stream)
-
     def close(self) -> None:
-        if self.exec is not None:
-            graph_destroy(self.exec)
-            self.exec = None
+        if self.graph is not None:
+            graph_destroy(self.graph)
+            self.graph = None
 
 
-# ---- the three driver calls behind _GraphLaunch (module functions, so CPU tests can stand in for them)
+_NO_GUARD = contextlib.nullcontext()
+
+
+def on_device(index: int | None):
+    """A guard that makes CUDA device `index` current, or nothing when it already is (or index is None): the
+    switch costs host time, which a per-call-synchronised benchmark would count."""
+    if index is None or index == torch.cuda.current_device():
+        return _NO_GUARD
+    return torch.cuda.device(index)
+
+
+# ---- the driver calls behind the cache (module functions, so CPU tests can stand in for them)
 
 _SUCCESS = cuda.CUresult.CUDA_SUCCESS
+_NOT_CAPTURING = cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 _capture_streams: dict[int, torch.cuda.Stream] = {}
 
 
@@ -118,6 +148,14 @@ def _check(result, what: str):
     if err != _SUCCESS:
         raise RuntimeError(f"{what} failed: {err}")
     return rest[0] if rest else None
+
+
+def is_capturing(stream: int) -> bool:
+    """Whether `stream` (a raw handle) is capturing into a CUDA graph, or was and the capture broke: one driver
+    call, no torch.cuda.Stream object. An error (the legacy stream while another stream captures) counts as
+    capturing too: it is no time to start a capture of our own."""
+    err, status = cuda.cuStreamIsCapturing(stream)
+    return err != _SUCCESS or status != _NOT_CAPTURING
 
 
 def capture_graph(launch_on: Callable[[int], None]):
@@ -168,3 +206,24 @@ def stream_handle(device: torch.device | int) -> int:
     if raw is not None:
         return raw(index)
     return torch.cuda.current_stream(index).cuda_stream
+
+
+def first_calls(fns: dict, make_inputs: Callable[[int], Sequence], calls: int = 20, warmup: int = 10) -> dict:
+    """What a call costs on inputs it has never seen (training-style code: new tensors at every step) and on
+    inputs it has (a benchmark's steady state), by the seeds' per-call-synchronised timing.
+
+    `fns`: {key: fn}; `make_inputs(i)`: a fresh argument tuple. Returns {key: (first, steady, outputs)}, two
+    `workbook.timing.Timing`s and the outputs of the first calls (to check them): `first` is `calls` calls,
+    each on its own fresh inputs, all held alive at once so that no address repeats; `steady` is `calls` calls
+    on one input set after `warmup` calls (compiling, loading modules and cuBLAS heuristics happen there, as
+    they are no first call's cost). Every contender sees the same inputs."""
+    from workbook import timing
+    warm = tuple(make_inputs(calls))
+    fresh = [tuple(make_inputs(i)) for i in range(calls)]
+    found = {}
+    for key, fn in fns.items():
+        steady = timing.bench(fn, [warm], warmup=warmup, iters=calls)
+        outputs = []
+        first = timing.bench(lambda *args, fn=fn: outputs.append(fn(*args)), fresh, warmup=0, iters=calls)
+        found[key] = (first, steady, outputs)
+    return found

@@ -13,7 +13,13 @@ know or care. The first append to a table fixes its columns; later rows must hav
 so that a table never silently grows blanks.
 
 A row says which device measured it, and `append` refuses rows whose `gpu` column does not name
-the folder's GPU: numbers taken on one machine cannot end up filed under another.
+the folder's GPU exactly (`folders_for`): numbers taken on one machine cannot end up filed under another.
+
+Appends are safe across processes and against a killed writer: each append holds a file lock
+(`filelock`, `<table>.csv.lock` beside the table) while it reads the header and writes its rows, so two
+benchmarks starting a new table write one header; the rows go out in one write and are flushed to disk. A
+file whose last line was cut anyway (a writer killed mid-write, a full disk) has that fragment moved to
+`<table>.csv.cut` by the next append, with a warning; `read` skips it, with a warning.
 """
 from __future__ import annotations
 
@@ -27,11 +33,14 @@ import os
 import re
 import shutil
 import subprocess
+import warnings
+from io import StringIO
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 import pandas as pd
 import torch
+from filelock import FileLock
 
 from workbook import DATA, ROOT
 
@@ -110,6 +119,17 @@ def path(gpu: str, table: str, *, root: Path | str | None = None) -> Path:
     return Path(root or MEASURED) / _check_name("gpu", gpu) / f"{_check_name('table', table)}.csv"
 
 
+def folders_for(device_name: str) -> tuple[str, ...]:
+    """The folder names under which rows measured on `device_name` may be filed, matched exactly: the model
+    (the first word with a digit: "NVIDIA H200" -> "h200", "NVIDIA H100 80GB HBM3" -> "h100") and the whole
+    name as `workbook.gpus` spells an unknown GPU's key ("nvidia_h100_80gb_hbm3"); "cpu" for the CPU."""
+    name = str(device_name).lower()
+    slug = "".join(ch if ch.isalnum() else "_" for ch in name).strip("_")
+    words = [w for w in re.split(r"[^a-z0-9]+", name) if w]
+    model = next((w for w in words if any(ch.isdigit() for ch in w)), None)
+    return tuple(dict.fromkeys(f for f in (model, slug) if f))
+
+
 def _check_results(i: int, row: Mapping[str, Any]) -> None:
     def number(col: str) -> float:
         v = row[col]
@@ -139,16 +159,38 @@ def append(gpu: str, table: str, rows: Iterable[Mapping[str, Any]] | pd.DataFram
     prov = provenance()
     records = [{**{k: v for k, v in prov.items() if k not in r}, **r} for r in records]
 
-    if target.exists():
-        with target.open(newline="") as f:
-            header = next(csv.reader(f), None)
-        if not header:
-            raise ValueError(f"{target} exists but has no header; remove or repair it")
-    else:
-        first = records[0]
-        shape = [c for c in first if c not in IDENTITY + RESULTS + PROVENANCE]
-        header = [*IDENTITY, *shape, *RESULTS, *PROVENANCE]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(f"{target}.lock"):
+        _repair_cut_line(target)
+        header = _header(target)
+        new = header is None
+        if new:
+            first = records[0]
+            shape = [c for c in first if c not in IDENTITY + RESULTS + PROVENANCE]
+            header = [*IDENTITY, *shape, *RESULTS, *PROVENANCE]
+        _check_rows(records, header, gpu, table, target)
+        text = StringIO()
+        writer = csv.DictWriter(text, fieldnames=header)      # csv's own "\r\n", as the tables have
+        if new:
+            writer.writeheader()
+        writer.writerows(records)
+        # one write of whole lines, flushed to disk before the lock goes: a reader never sees half a batch
+        with target.open("a", newline="") as f:
+            f.write(text.getvalue())
+            f.flush()
+            os.fsync(f.fileno())
+    return target
 
+
+def _header(target: Path) -> list[str] | None:
+    """The table's columns, or None for a table not started yet (no file, or an empty one)."""
+    if not target.exists() or target.stat().st_size == 0:
+        return None
+    with target.open(newline="") as f:
+        return next(csv.reader(f))
+
+
+def _check_rows(records, header, gpu: str, table: str, target: Path) -> None:
     required = set(IDENTITY + RESULTS + PROVENANCE) | set(header)
     for i, r in enumerate(records):
         missing = [c for c in header if c not in r] + sorted(required - set(header) - set(r))
@@ -159,18 +201,43 @@ def append(gpu: str, table: str, rows: Iterable[Mapping[str, Any]] | pd.DataFram
             raise ValueError(f"row {i} has column(s) {extra} that {target.name} does not have "
                              f"(its columns: {header})")
         _check_results(i, r)
-        if gpu not in str(r["gpu"]).lower().replace(" ", ""):
-            raise ValueError(f"row {i} was measured on {r['gpu']!r}, which is not {gpu!r}; "
-                             f"file it under that device's folder")
+        if gpu not in folders_for(r["gpu"]):
+            raise ValueError(f"row {i} was measured on {r['gpu']!r}, which is not {gpu!r}; file it under that "
+                             f"device's folder ({' or '.join(repr(f) for f in folders_for(r['gpu']))})")
 
-    target.parent.mkdir(parents=True, exist_ok=True)
-    new = not target.exists()
-    with target.open("a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=header)
-        if new:
-            writer.writeheader()
-        writer.writerows(records)
-    return target
+
+def _cut_fragment(data: bytes) -> tuple[bytes, bytes]:
+    """(complete lines, the cut fragment after the last line end) of a table's bytes; a line cut between the
+    "\r" and the "\n" of csv's line end is whole."""
+    end = len(data) if data.endswith(b"\r") else data.rfind(b"\n") + 1
+    return data[:end], data[end:]
+
+
+def _repair_cut_line(target: Path) -> None:
+    """Move a cut last line (no newline: its writer was killed mid-write) to <table>.csv.cut, so the next row
+    is not glued onto it. Called with the table's lock held."""
+    if not target.exists() or target.stat().st_size == 0:
+        return
+    with target.open("rb") as f:
+        f.seek(-1, os.SEEK_END)
+        last = f.read(1)
+        if last == b"\n":
+            return
+        if last == b"\r":                  # cut between the "\r" and the "\n" of csv's line end: the row is whole
+            with target.open("ab") as g:
+                g.write(b"\n")
+            return
+        f.seek(0)
+        complete, fragment = _cut_fragment(f.read())
+    if not complete:
+        raise ValueError(f"{target} holds no complete line (its header was cut: {fragment[:80]!r}); remove it")
+    aside = target.with_name(target.name + ".cut")
+    with aside.open("ab") as f:
+        f.write(fragment + b"\n")
+    with target.open("r+b") as f:
+        f.truncate(len(complete))
+    warnings.warn(f"{target.name}: its last line was cut (a writer killed mid-write?): moved "
+                  f"{fragment[:60].decode(errors='replace')!r}... to {aside.name}", RuntimeWarning, stacklevel=3)
 
 
 def read(gpu: str, table: str, *, root: Path | str | None = None) -> pd.DataFrame:
@@ -178,8 +245,15 @@ def read(gpu: str, table: str, *, root: Path | str | None = None) -> pd.DataFram
     target = path(gpu, table, root=root)
     if not target.exists():
         return pd.DataFrame(columns=[*IDENTITY, *RESULTS, *PROVENANCE])
+    complete, fragment = _cut_fragment(target.read_bytes())
+    if fragment:
+        warnings.warn(f"{target.name}: skipping its cut last line {fragment[:60].decode(errors='replace')!r}... "
+                      f"(a writer killed mid-write?); the next append moves it aside", RuntimeWarning, stacklevel=2)
+    if not complete:
+        return pd.DataFrame(columns=[*IDENTITY, *RESULTS, *PROVENANCE])
     # text stays text: a commit like "87493e1" would otherwise be parsed as the number 874930.0
-    return pd.read_csv(target, dtype={c: str for c in (*IDENTITY, *PROVENANCE) if c != "sm_count"})
+    return pd.read_csv(StringIO(complete.decode()),
+                       dtype={c: str for c in (*IDENTITY, *PROVENANCE) if c != "sm_count"})
 
 
 def tables(gpu: str, *, root: Path | str | None = None) -> list[str]:

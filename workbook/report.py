@@ -9,7 +9,13 @@
 
 The report is plain static files: `index.html` (one row per notebook: its title, whether it ran, how long
 it took, a thumbnail of every figure), `NN_name.html` (the executed notebook), `figures/NN_name_MM.png`
-(every figure the notebook displayed, in order). Open `index.html` in a browser, or serve the folder.
+(every figure the notebook displayed, in order), `mathjax/` (MathJax, from the `jupyter-server-mathjax`
+package). Open `index.html` in a browser, or serve the folder: nothing is fetched from elsewhere.
+
+Pages are rendered the way JupyterLab shows an untrusted notebook: HTML in markdown cells and in outputs is
+sanitized (`clean_html`: no scripts, event handlers, frames or `javascript:` links; tables, images, details,
+styles kept), JavaScript outputs are not emitted, and widget views (which need a kernel) fall back to their
+text. Our own figures (PNG) and tables show as they do in JupyterLab.
 
 A notebook that fails still gets its page (showing the traceback where it stopped) and a red row in the
 index; the command then exits with status 1. Without a GPU the notebooks run on the CPU with recorded
@@ -22,8 +28,10 @@ import base64
 import html
 import os
 import re
+import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +43,42 @@ from workbook import ROOT
 
 NOTEBOOKS = ROOT / "notebooks"
 REPORT = ROOT / "build" / "report"
+MATHJAX_DIR = "mathjax"          # under the report folder
+MATHJAX_CONFIG = "TeX-AMS-MML_HTMLorMML-full,Safe"   # "Safe": math cannot carry links or styles either
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+# What survives in the HTML of markdown cells and outputs (JupyterLab's sanitizer keeps about as much).
+SAFE_TAGS = frozenset("""a abbr b blockquote br caption code col colgroup dd del details div dl dt em figcaption
+    figure h1 h2 h3 h4 h5 h6 hr i img ins kbd li mark ol p pre s samp small span strong style sub summary sup
+    table tbody td tfoot th thead tr u ul""".split())
+_ANY_TAG_ATTRIBUTES = frozenset({"class", "id", "title", "style", "align"})
+_TAG_ATTRIBUTES = {"a": {"href"}, "img": {"src", "alt", "width", "height"}, "td": {"colspan", "rowspan"},
+                   "th": {"colspan", "rowspan"}, "details": {"open"}, "table": {"border"}, "ol": {"start"}}
+_DROPPED_WITH_CONTENT = ("script", "iframe", "frame", "frameset", "object", "embed", "applet", "base", "link",
+                         "meta", "noscript", "template")
+# CSS properties kept in style attributes: bleach's list and the box and background shorthands our own outputs
+# use (a coloured diff, a framed block); whatever would fetch something is removed from every style first
+_SIDES = ("", "-top", "-bottom", "-left", "-right")
+STYLE_PROPERTIES = frozenset({"background", "border-radius", "border-style", "border-width", "max-width",
+                              "min-width", "opacity", "overflow-x", "overflow-y", "word-break",
+                              *(f"{box}{side}" for box in ("border", "padding", "margin") for side in _SIDES)})
+_CSS_FETCH = re.compile(r"@import[^;]*;?|url\s*\([^)]*\)|expression\s*\(", re.IGNORECASE)
+_SCHEME = re.compile(r"^\s*([a-zA-Z][a-zA-Z0-9+.-]*):")
+
+# nbconvert's lab page without the scripts it would fetch from a CDN (require.js, mermaid, the widget
+# manager); MathJax comes from the report folder, or not at all, with the one web font its package ships.
+_PAGE_TEMPLATE = """{%- extends 'index.html.j2' -%}
+{%- block html_head_js_requirejs -%}{%- endblock html_head_js_requirejs -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- if resources.mathjax_url -%}
+<script type="text/x-mathjax-config">
+MathJax.Hub.Config({"HTML-CSS": {availableFonts: ["STIX-Web"], preferredFont: "STIX-Web", webFont: "STIX-Web",
+                                 imageFont: null}});
+</script>
+{{ super() }}
+{%- endif -%}{%- endblock -%}
+"""
 
 
 def notebooks(pattern: str = "") -> list[Path]:
@@ -58,8 +102,17 @@ def execute(path: Path, timeout: int = 1800, on_cell_done=None) -> nbformat.Note
     `on_cell_done()` is called after each code cell (the report's progress bar). On failure the raised
     `CellExecutionError` carries the partly executed notebook as `.notebook`, so its page can still be written.
     """
+    import uuid
+
+    from jupyter_client.manager import KernelManager
+    from jupyter_core.paths import jupyter_runtime_dir
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+    # IPC sockets, not TCP on localhost: nothing else on the machine can listen in (and the kernel does not
+    # warn about it at every start). An absolute socket path: the kernel runs in the notebook's folder.
+    runtime = Path(jupyter_runtime_dir())
+    runtime.mkdir(parents=True, exist_ok=True)
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(runtime / f"report-{uuid.uuid4().hex[:12]}"))
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", km=km,
                             resources={"metadata": {"path": str(path.parent)}},
                             on_cell_executed=(lambda **_: on_cell_done()) if on_cell_done else None)
     try:
@@ -67,6 +120,9 @@ def execute(path: Path, timeout: int = 1800, on_cell_done=None) -> nbformat.Note
     except CellExecutionError as err:
         err.notebook = nb
         raise
+    finally:
+        for socket in runtime.glob(f"{Path(km.ip).name}-*"):   # the kernel's sockets, one file per channel
+            socket.unlink(missing_ok=True)
     return nb
 
 
@@ -87,9 +143,79 @@ def title(nb: nbformat.NotebookNode, fallback: str) -> str:
     return fallback
 
 
-def notebook_html(nb: nbformat.NotebookNode, page_title: str) -> str:
+def _attribute_ok(tag: str, name: str, value: str) -> bool:
+    if name not in _ANY_TAG_ATTRIBUTES and name not in _TAG_ATTRIBUTES.get(tag, ()):
+        return False
+    if name in ("href", "src"):
+        scheme = _SCHEME.match(value)
+        if scheme is None:                       # a relative link: this report's own pages and figures
+            return True
+        if tag == "img":                         # images embedded in the page, nothing fetched from elsewhere
+            return value.lstrip().lower().startswith("data:image/")
+        return scheme.group(1).lower() in ("http", "https", "mailto")
+    return True
+
+
+def clean_html(fragment) -> str:
+    """The HTML of a markdown cell or an output, as JupyterLab shows it for an untrusted notebook: scripts,
+    frames and embedded objects dropped with their content, event handlers and `javascript:` links dropped,
+    CSS that would fetch something (`@import`, `url()`) removed; tables, images, details and styles kept."""
+    import bleach
+    from bleach.css_sanitizer import ALLOWED_CSS_PROPERTIES, CSSSanitizer
+    from bs4 import BeautifulSoup
+    text = fragment.decode() if isinstance(fragment, bytes) else str(fragment)
+    soup = BeautifulSoup(text, "html.parser")
+    for element in soup.find_all(_DROPPED_WITH_CONTENT):
+        element.decompose()
+    for style in soup.find_all("style"):
+        style.string = _CSS_FETCH.sub("", style.get_text())
+    for element in soup.find_all(style=True):
+        element["style"] = _CSS_FETCH.sub("", element["style"])
+    return bleach.clean(str(soup), tags=SAFE_TAGS, attributes=_attribute_ok, strip=True, strip_comments=True,
+                        protocols={"http", "https", "mailto", "data"},
+                        css_sanitizer=CSSSanitizer(allowed_css_properties=ALLOWED_CSS_PROPERTIES | STYLE_PROPERTIES))
+
+
+def _without_widget_views(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """A copy whose widget views fall back to their text: a static page has no kernel to drive them."""
+    nb = nbformat.from_dict(nb)
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+            out.get("data", {}).pop(WIDGET_VIEW, None)
+    return nb
+
+
+def mathjax_source() -> Path | None:
+    """The MathJax 2 tree shipped by the `jupyter-server-mathjax` package, or None without it."""
+    try:
+        import jupyter_server_mathjax
+    except ImportError:
+        return None
+    static = Path(jupyter_server_mathjax.__file__).parent / "static"
+    return static if (static / "MathJax.js").exists() else None
+
+
+def install_mathjax(out: Path) -> str:
+    """Copy MathJax into the report folder (once); the page-relative URL that loads it, "" without it."""
+    source = mathjax_source()
+    if source is None:
+        warnings.warn("jupyter-server-mathjax is not installed (pip install -e '.[dev]'): the report shows math "
+                      "as TeX source", RuntimeWarning, stacklevel=2)
+        return ""
+    target = out / MATHJAX_DIR
+    if not (target / "MathJax.js").exists():
+        shutil.copytree(source, target, dirs_exist_ok=True)
+    return f"{MATHJAX_DIR}/MathJax.js?config={MATHJAX_CONFIG}"
+
+
+def notebook_html(nb: nbformat.NotebookNode, page_title: str, mathjax_url: str = "") -> str:
+    """One notebook's page: sanitized as an untrusted notebook (`clean_html`), nothing loaded from a CDN."""
     from nbconvert import HTMLExporter
-    body, _ = HTMLExporter().from_notebook_node(nb, resources={"metadata": {"name": page_title}})
+    exporter = HTMLExporter(template_name="lab", raw_template=_PAGE_TEMPLATE, sanitize_html=True,
+                            mathjax_url=mathjax_url)
+    exporter.register_filter("clean_html", clean_html)
+    body, _ = exporter.from_notebook_node(_without_widget_views(nb), resources={"metadata": {"name": page_title}})
     return body
 
 
@@ -151,6 +277,7 @@ def build(paths: list[Path], out: Path, *, run=True, inplace: bool = False, prog
 
     to_run = set(paths) if run is True else set(run or ())
     (out / "figures").mkdir(parents=True, exist_ok=True)
+    mathjax_url = install_mathjax(out)
     for stale in [*(out / "figures").glob("[0-9][0-9]_*.png"), *out.glob("[0-9][0-9]_*.html")]:
         stale.unlink()    # the report is rebuilt whole: nothing of a renamed or removed notebook survives
     loaded = [(p, nbformat.read(p, as_version=4)) for p in paths]
@@ -175,7 +302,7 @@ def build(paths: list[Path], out: Path, *, run=True, inplace: bool = False, prog
             rel = f"figures/{path.stem}_{i:02d}.png"
             (out / rel).write_bytes(png)
             entry.figures.append(rel)
-        (out / f"{path.stem}.html").write_text(notebook_html(nb, entry.title), encoding="utf-8")
+        (out / f"{path.stem}.html").write_text(notebook_html(nb, entry.title, mathjax_url), encoding="utf-8")
         entries.append(entry)
     bar.close()
     provenance = (f"Executed on: {_machine()}" if to_run else
