@@ -168,3 +168,29 @@ def _owners(owned, shape):
     if (thread < 0).any():
         raise AssertionError(f"{int((thread < 0).sum())} elements have no owner")
     return thread, value
+
+
+def swizzle(bits: int, base: int, shift: int, offset: int) -> int:
+    """CuTe's Swizzle<bits, base, shift> of an offset: XOR the `bits` bits above position base + shift into
+    the `bits` bits above position `base`. The swizzle of a shared-memory layout acts on byte addresses."""
+    mask = ((1 << bits) - 1) << (base + shift)
+    return offset ^ ((offset & mask) >> shift)
+
+
+def wgmma_smem_chunks(k: int = 64, rows: int = 8):
+    """Where the K-major bf16 shared-memory layout of `make_smem_layout_a` for a (64, k) WGMMA tile puts
+    each 16-byte chunk (8 elements) of its first `rows` rows. Returns (the layout as text, an int array
+    [rows, k // 8]: the chunk's position within its 128-byte line, 0-7, after the swizzle)."""
+    import re
+
+    import cutlass.utils.hopper_helpers as sm90_utils
+    from cutlass.tensor_utils import LayoutEnum
+
+    def fn():
+        staged = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (64, 64, k), cutlass.BFloat16, 1)
+        tile = cute.slice_(staged, (None, None, 0))
+        return str(tile), str(tile.inner), [[tile.outer((r, 8 * c)) for c in range(k // 8)] for r in range(rows)]
+    text, inner, elements = trace(fn)
+    bits, base, shift = (int(v) for v in re.fullmatch(r"S<(\d+),(\d+),(\d+)>", inner).groups())
+    byte = np.array([[swizzle(bits, base, shift, 2 * e) for e in row] for row in elements])
+    return text, (byte % 128) // 16
