@@ -27,6 +27,7 @@ import functools
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 import cutlass.pipeline as pipeline
 import torch
 from cutlass.cute.nvgpu import cpasync
@@ -59,7 +60,7 @@ def row_sum_kernel(load: cute.CopyAtom, x: cute.Tensor, out: cute.Tensor, ring_l
         barriers: cute.struct.MemRange[cutlass.Int64, 2 * STAGES]     # a full and an empty per slot
         ring: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, cute.cosize(ring_layout)], 128]
 
-    shared = cutlass.utils.SmemAllocator().allocate(Shared)
+    shared = cutlass.memory.SmemAllocator().allocate(Shared)
     ring = pipeline.PipelineTmaAsync.create(
         barrier_storage=shared.barriers.data_ptr(), num_stages=STAGES,
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),                  # 1 arrival + bytes

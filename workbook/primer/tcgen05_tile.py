@@ -27,7 +27,7 @@ import functools
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils as utils
+import cutlass.memory
 import cutlass.utils.blackwell_helpers as sm100_utils
 import torch
 from cutlass.cute.nvgpu import cpasync, tcgen05
@@ -58,7 +58,7 @@ def tcgen05_kernel(tiled_mma: cute.TiledMma, load_a: cute.CopyAtom, a: cute.Tens
         computed: cutlass.Int64    # MMA -> everyone: the accumulator in TMEM is final
         tmem_address: cutlass.Int32
 
-    smem = utils.SmemAllocator()
+    smem = cutlass.memory.SmemAllocator()
     shared = smem.allocate(Shared)
     sa = smem.allocate_tensor(cutlass.BFloat16, a_smem.outer, 128, swizzle=a_smem.inner)
     sb = smem.allocate_tensor(cutlass.BFloat16, b_smem.outer, 128, swizzle=b_smem.inner)
@@ -76,7 +76,7 @@ def tcgen05_kernel(tiled_mma: cute.TiledMma, load_a: cute.CopyAtom, a: cute.Tens
     cute.arch.sync_threads()
 
     # TMEM: warp 0 allocates tile[1] columns and writes their address to shared memory
-    tmem = utils.TmemAllocator(shared.tmem_address.ptr,
+    tmem = cutlass.memory.TmemAllocator(shared.tmem_address.ptr,
                                barrier_for_retrieve=pipeline.NamedBarrier(barrier_id=TMEM_BARRIER, num_threads=THREADS))
     tmem.allocate(tile[1])
     tmem.wait_for_alloc()

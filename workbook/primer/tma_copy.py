@@ -18,6 +18,7 @@ import functools
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 import torch
 from cutlass.cute.nvgpu import cpasync
 
@@ -45,7 +46,7 @@ def tma_copy_kernel(load: cute.CopyAtom, x: cute.Tensor, store: cute.CopyAtom, o
         full: cutlass.Int64                                   # the mbarrier: 8 bytes of shared memory
         tile: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(smem_layout)], 128]
 
-    shared = cutlass.utils.SmemAllocator().allocate(Shared)
+    shared = cutlass.memory.SmemAllocator().allocate(Shared)
     full = shared.full.ptr
     s_tile = shared.tile.get_tensor(smem_layout)
     # the TMA views of this CTA's box: x and out are coordinate tensors, s_tile is addresses

@@ -63,7 +63,7 @@ def _compile(coeffs: tuple[float, ...], relu: bool, arch: str) -> sass.Artifacts
     return sass.compile_for(polyval_host, x, out, coeffs, relu, _common.fake_stream(), arch=arch)
 
 
-def compile(coeffs=(1.0, -2.0, 0.5), relu: bool = False, arch: str = "sm_90a") -> sass.Artifacts:
+def compile(coeffs=(1.0, -3.0, 0.5), relu: bool = False, arch: str = "sm_90a") -> sass.Artifacts:
     """polyval for fp32 vectors of any length, the coefficients and `relu` compiled in; no GPU needed."""
     return _compile(_coeffs(coeffs), bool(relu), arch)
 

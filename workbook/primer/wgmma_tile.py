@@ -22,6 +22,7 @@ import functools
 
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 from cutlass.cute.nvgpu import cpasync, warpgroup
@@ -49,7 +50,7 @@ def wgmma_kernel(tiled_mma: cute.TiledMma, load_a: cute.CopyAtom, a: cute.Tensor
         sa: cute.struct.Align[cute.struct.MemRange[cutlass.BFloat16, cute.cosize(a_smem)], 1024]
         sb: cute.struct.Align[cute.struct.MemRange[cutlass.BFloat16, cute.cosize(b_smem)], 1024]
 
-    shared = cutlass.utils.SmemAllocator().allocate(Shared)
+    shared = cutlass.memory.SmemAllocator().allocate(Shared)
     sa = shared.sa.get_tensor(a_smem.outer, swizzle=a_smem.inner)   # (64, K, 1 stage), swizzled
     sb = shared.sb.get_tensor(b_smem.outer, swizzle=b_smem.inner)   # (N, K, 1 stage)
     ta_s, ta_g = cpasync.tma_partition(load_a, 0, cute.make_layout(1), cute.group_modes(sa, 0, 2),
