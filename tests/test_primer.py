@@ -87,6 +87,8 @@ def test_wgmma_tile_issues_k_over_16_hgmma_inside_fence_and_wait(k, n_tile):
     assert ops(art)[f"HGMMA.64x{n_tile}x16.F32.BF16"] == k // 16, ops(art)
     assert count(art, "WARPGROUP.ARRIVE") == 1 and count(art, "WARPGROUP.DEPBAR") == 1, ops(art)
     assert count(art, "UTMALDG") == 2
+    assert wgmma_tile.tx_bytes(k, n_tile) == (64 + n_tile) * k * 2
+    assert re.search(rf"mov\.b32\s+%r\d+, {wgmma_tile.tx_bytes(k, n_tile)};", art.ptx)
     sequence = [i.base for i in sass.instructions(art.sass) if i.base in ("WARPGROUP", "HGMMA", "STG")]
     assert sequence.index("HGMMA") > sequence.index("WARPGROUP") and sequence[-1] == "STG"
 
@@ -183,6 +185,21 @@ def test_wgmma_smem_swizzle_is_the_128_byte_pattern():
 
 def test_pipeline_phases_flip_at_each_wrap():
     assert pipeline.phases(9, stages=4) == [(0, 0), (1, 0), (2, 0), (3, 0), (0, 1), (1, 1), (2, 1), (3, 1), (0, 0)]
+
+
+def test_pipeline_schedule_hides_the_load_behind_enough_stages():
+    one = pipeline.schedule(8, stages=1, load=3.0, use=1.0)
+    assert one[-1]["end"] == 8 * (3.0 + 1.0)                       # every load exposed
+    four = pipeline.schedule(8, stages=4, load=3.0, use=1.0)
+    assert four[-1]["end"] == 3.0 + 8 * 1.0                        # only the first load exposed
+    for rows in (one, four):
+        for r in rows:
+            assert r["start"] >= r["landed"] >= r["issue"] and r["end"] > r["start"]
+        for a, b in zip(rows, rows[1:]):
+            assert b["start"] >= a["end"]                          # one tile at a time
+    assert [(r["slot"], r["phase"]) for r in four] == pipeline.phases(8, 4)
+    with pytest.raises(ValueError):
+        pipeline.schedule(0)
 
 
 def test_exercise_checkers_accept_the_truth_and_reject_the_rest(capsys):

@@ -117,17 +117,28 @@ def owner_colours(thread, group: int = 32) -> np.ndarray:
     return (base * (1 - light) + light).reshape(*thread.shape, 3)
 
 
+def lane_colours(thread, group: int = 32) -> np.ndarray:
+    """RGB per element: one of 32 distinct colours per lane (thread % group), for telling threads of one warp apart."""
+    thread = _check_2d("thread", thread)
+    table = [plt.get_cmap("tab20")(i)[:3] for i in range(20)] + [plt.get_cmap("tab20b")(i)[:3] for i in range(20)]
+    return np.array([table[int(t % group) % len(table)] for t in thread.ravel()]).reshape(*thread.shape, 3)
+
+
 def owners(thread, value=None, *, ax=None, title: str | None = None, group: int = 32,
-           show: str = "thread", **kwargs) -> Figure:
-    """Who owns each element: colour by warp (hue) and lane (lightness), text the thread id (`show="thread"`),
-    the index in its fragment (`"value"`), both (`"both"`: "t.v") or nothing (`""`); thick lines between warps."""
+           show: str = "thread", colour_by: str = "warp", **kwargs) -> Figure:
+    """Who owns each element: colour by warp (`colour_by="warp"`: hue by warp, lighter for higher lanes) or by
+    lane (`"lane"`: a distinct colour per lane), text the thread id (`show="thread"`), the index in its fragment
+    (`"value"`), both (`"both"`: "t.v") or nothing (`""`); thick lines between warps."""
     thread = _check_2d("thread", thread)
     if show in ("value", "both") and value is None:
         raise ValueError(f"show={show!r} needs the value array")
     text = {"thread": thread, "value": value, "": None,
             "both": None if value is None else np.char.add(np.char.add(thread.astype(str), "."),
                                                            np.asarray(value).astype(str))}[show]
-    return grid(owner_colours(thread, group), text, ax=ax, title=title, groups=thread // group, **kwargs)
+    if colour_by not in ("warp", "lane"):
+        raise ValueError(f"colour_by must be 'warp' or 'lane', got {colour_by!r}")
+    colours = owner_colours(thread, group) if colour_by == "warp" else lane_colours(thread, group)
+    return grid(colours, text, ax=ax, title=title, groups=thread // group, **kwargs)
 
 
 def timeline(rows: Sequence[tuple[str, Sequence[tuple[float, float, str, int]]]], *, ax=None,

@@ -1,9 +1,9 @@
 """Checkers for the primer's exercises: `check(name, answer)` says whether `answer` is right, computing the
 true answer from the lesson modules (so no answer is written down here), and gives a hint when it is not.
 
-    check("offset", answer)           # an int: the offset of (3, 5) in (8,16):(16,1)
-    check("owner", answer)            # (thread, value): who holds element (9, 10) of a 64 x 16 WGMMA accumulator
-    check("tx_bytes", answer)         # an int: the transaction count of one (64, 64) bf16 TMA tile
+    check("offset", answer)           # an int: the offset of (3, 9) in (8,(4,4)):(4,(1,32))
+    check("owner", answer)            # (thread, value): who holds element (41, 13) of a 64 x 16 WGMMA accumulator
+    check("tx_bytes", answer)         # an int: the bytes wgmma_tile's barrier expects for K = 64, n_tile = 128
     check("phase", answer)            # (index, phase) of a 4-stage consumer state after 6 advances
 """
 from __future__ import annotations
@@ -21,19 +21,18 @@ class Exercise:
 
 def _offset():
     from workbook.primer import layouts
-    return int(layouts.offsets((8, 16), (16, 1))[3, 5])
+    return int(layouts.offsets((8, (4, 4)), (4, (1, 32)))[3, 9])
 
 
 def _owner():
     from workbook.primer import layouts
     thread, value = layouts.mma_accumulator_owners(16)
-    return int(thread[9, 10]), int(value[9, 10])
+    return int(thread[41, 13]), int(value[41, 13])
 
 
 def _tx_bytes():
-    import cutlass
-    from workbook.primer import tma_copy
-    return tma_copy.tx_bytes(cutlass.BFloat16, (64, 64))
+    from workbook.primer import wgmma_tile
+    return wgmma_tile.tx_bytes(64, 128)
 
 
 def _phase():
@@ -42,13 +41,15 @@ def _phase():
 
 
 EXERCISES = {
-    "offset": Exercise("the offset of coordinate (3, 5) in the layout (8,16):(16,1)", _offset,
-                       "offset = sum of coordinate x stride, mode by mode"),
-    "owner": Exercise("(thread, value index) holding element (row 9, column 10) of a 64 x 16 WGMMA accumulator",
+    "offset": Exercise("the offset of coordinate (3, 9) in the layout (8,(4,4)):(4,(1,32))", _offset,
+                       "offset = sum of coordinate x stride, mode by mode; a nested mode first splits its "
+                       "coordinate column-major: 9 in (4,4) is (9 % 4, 9 // 4)"),
+    "owner": Exercise("(thread, value index) holding element (row 41, column 13) of a 64 x 16 WGMMA accumulator",
                       _owner, "a warp owns 16 rows; lane l holds row l // 4 (and + 8) and columns 2 (l % 4) + "
                               "{0, 1} of every 8-column group; values go (col, row + 8, next 8 columns)"),
-    "tx_bytes": Exercise("the mbarrier transaction count for one (64, 64) bf16 TMA tile", _tx_bytes,
-                         "every element of the box counts, 2 bytes each, even the part past the tensor's edge"),
+    "tx_bytes": Exercise("the transaction count wgmma_tile arms its mbarrier with for K = 64, n_tile = 128",
+                         _tx_bytes, "one barrier waits for both boxes: A is (64, K), B is (n_tile, K), bf16; every "
+                                    "element of a box counts, even past the tensor's edge"),
     "phase": Exercise("(index, phase) a 4-stage consumer pipeline state waits for after 6 advances", _phase,
                       "the index wraps every 4 steps, and the phase flips each time it wraps"),
 }

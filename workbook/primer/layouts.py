@@ -194,3 +194,23 @@ def wgmma_smem_chunks(k: int = 64, rows: int = 8):
     bits, base, shift = (int(v) for v in re.fullmatch(r"S<(\d+),(\d+),(\d+)>", inner).groups())
     byte = np.array([[swizzle(bits, base, shift, 2 * e) for e in row] for row in elements])
     return text, (byte % 128) // 16
+
+
+def tile_index(shape, tiler) -> np.ndarray:
+    """Which tile `local_tile(tensor, tiler, (ti, tj))` puts each element of a `shape` tensor in, numbered
+    column-major over the grid of tiles (ti + tj * tiles_down), computed from an identity tensor."""
+    def fn():
+        coords = cute.make_identity_tensor(shape)
+        down, across = -(-shape[0] // tiler[0]), -(-shape[1] // tiler[1])
+        owned = []
+        for tj in range(across):
+            for ti in range(down):
+                tile = cute.local_tile(coords, tiler, (ti, tj))
+                owned.append([tile[v] for v in range(cute.size(tile))])
+        return owned
+    index = np.full(shape, -1)
+    for t, coords in enumerate(trace(fn)):
+        for i, j in coords:
+            if i < shape[0] and j < shape[1]:   # the last tiles may hang over the edge
+                index[i, j] = t
+    return index

@@ -49,6 +49,21 @@ def phases(uses: int, stages: int = STAGES) -> list[tuple[int, int]]:
     return [(k % stages, (k // stages) % 2) for k in range(uses)]
 
 
+def schedule(tiles: int, stages: int = STAGES, load: float = 3.0, use: float = 1.0) -> list[dict]:
+    """A schematic timeline of the ring (no GPU, no measurement): tile k goes into slot k % stages as soon
+    as that slot's previous tile is released, lands `load` later, and is used for `use` once it has landed and
+    the previous tile is done. Returns one dict per tile: slot, phase, issue, landed, start, end."""
+    if tiles < 1 or stages < 1 or load < 0 or use <= 0:
+        raise ValueError(f"need tiles >= 1, stages >= 1, load >= 0, use > 0; got {tiles}, {stages}, {load}, {use}")
+    rows: list[dict] = []
+    for k, (slot, phase) in enumerate(phases(tiles, stages)):
+        issue = rows[k - stages]["end"] if k >= stages else 0.0   # the slot's empty barrier completes
+        start = max(issue + load, rows[-1]["end"] if rows else 0.0)
+        rows.append({"tile": k, "slot": slot, "phase": phase, "issue": issue, "landed": issue + load,
+                     "start": start, "end": start + use})
+    return rows
+
+
 @cute.kernel
 def row_sum_kernel(load: cute.CopyAtom, x: cute.Tensor, out: cute.Tensor, ring_layout: cute.Layout):
     tidx, _, _ = cute.arch.thread_idx()

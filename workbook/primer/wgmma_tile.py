@@ -101,14 +101,30 @@ def wgmma_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, n_tile: cutlass.C
     k_major = cute.nvgpu.OperandMajorMode.K
     tiled_mma = sm90_utils.make_trivial_tiled_mma(cutlass.BFloat16, cutlass.BFloat16, k_major, k_major,
                                                   cutlass.Float32, (1, 1, 1), tiler_mn=(BLOCK_M, n_tile))
-    a_smem = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile, cutlass.BFloat16, 1)
-    b_smem = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, cutlass.BFloat16, 1)
+    a_smem, b_smem = _smem_layouts(tile)   # K-major, swizzled; one stage
     g2s = cpasync.CopyBulkTensorTileG2SOp()
     load_a, tma_a = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(a_smem, (None, None, 0)), (tile[0], tile[2]))
     load_b, tma_b = cpasync.make_tiled_tma_atom(g2s, b, cute.slice_(b_smem, (None, None, 0)), (tile[1], tile[2]))
     grid = (cute.ceil_div(a.shape[0], BLOCK_M), cute.ceil_div(b.shape[0], n_tile), 1)
     wgmma_kernel(tiled_mma, load_a, tma_a, load_b, tma_b, c, a_smem, b_smem, tile).launch(
         grid=grid, block=(THREADS, 1, 1), stream=stream)
+
+
+def _smem_layouts(tile):
+    a_smem = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile, cutlass.BFloat16, 1)
+    b_smem = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, cutlass.BFloat16, 1)
+    return a_smem, b_smem
+
+
+def tx_bytes(k: int = 16, n_tile: int = 64) -> int:
+    """The bytes the kernel's one mbarrier is armed with: the A tile and the B tile in shared memory."""
+    from workbook.primer import layouts
+    _check(k, n_tile)
+
+    def fn():
+        a_smem, b_smem = _smem_layouts((BLOCK_M, n_tile, k))
+        return sum(cute.size_in_bytes(cutlass.BFloat16, cute.slice_(s, (None, None, 0))) for s in (a_smem, b_smem))
+    return layouts.trace(fn)
 
 
 def _check(k: int, n_tile: int) -> None:
