@@ -34,10 +34,15 @@ def vector_add(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor, stream):
 
 
 @functools.lru_cache(maxsize=None)
-def compile(arch: str = "sm_90a", dtype=torch.float32) -> sass.Artifacts:
-    """vector_add for 1-D tensors of `dtype` and any length (a runtime value), compiled for `arch`."""
+def compile(arch: str = "sm_90a", dtype=torch.float32, n: int | None = None) -> sass.Artifacts:
+    """vector_add for 1-D tensors of `dtype`, compiled for `arch` with no GPU: for any length (a runtime value),
+    or for length `n` only (compiled in as a constant)."""
     el = _common.CUTLASS_DTYPES[dtype]
-    args = [_common.fake_vector(el, name="n") for _ in range(3)]
+    if n is None:
+        args = [_common.fake_vector(el, name="n") for _ in range(3)]
+    else:
+        from cutlass.cute.runtime import make_fake_compact_tensor
+        args = [make_fake_compact_tensor(el, (n,), assumed_align=4) for _ in range(3)]
     return sass.compile_for(vector_add, *args, _common.fake_stream(), arch=arch)
 
 
