@@ -212,6 +212,8 @@ def test_exercise_checkers_accept_the_truth_and_reject_the_rest(capsys):
     assert "Hint" in capsys.readouterr().out
     with pytest.raises(KeyError, match="no exercise"):
         exercises.check("nope", 1)
+    assert exercises.check_value("q", 3, 3, "h") and not exercises.check_value("q", 3.5, 3, "h")
+    assert not exercises.check_value("q", True, 1, "h") and not exercises.check_value("q", float("inf"), 3, "h")
 
 
 # ------------------------------------------------------------------ CPU: figures and listings

@@ -70,10 +70,15 @@ def check(name: str, answer) -> bool:
     if name not in EXERCISES:
         raise KeyError(f"no exercise {name!r}; there are {sorted(EXERCISES)}")
     ex = EXERCISES[name]
-    truth = ex.truth()
+    return check_value(ex.question, answer, ex.truth(), ex.hint)
+
+
+def check_value(question: str, answer, truth, hint: str) -> bool:
+    """The checker for an exercise defined elsewhere (a notebook, another package): `truth` is computed by
+    the caller; integers and tuples of integers must match exactly. Prints the verdict; returns it."""
     ok = _same(answer, truth)
-    print(f"{'Right' if ok else 'Not quite'}: {ex.question} is {truth if ok else '...'}"
-          + ("" if ok else f" (you said {answer!r}). Hint: {ex.hint}"))
+    print(f"{'Right' if ok else 'Not quite'}: {question} is {truth if ok else '...'}"
+          + ("" if ok else f" (you said {answer!r}). Hint: {hint}"))
     return ok
 
 
@@ -81,7 +86,9 @@ def _same(answer, truth) -> bool:
     if isinstance(truth, tuple):
         return isinstance(answer, (tuple, list)) and len(answer) == len(truth) and \
             all(_same(a, t) for a, t in zip(answer, truth))
+    if isinstance(answer, bool) or answer is None:
+        return False
     try:
         return int(answer) == truth and float(answer) == float(truth)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return False
