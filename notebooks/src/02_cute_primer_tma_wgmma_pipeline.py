@@ -172,8 +172,8 @@ if ON_HOPPER:
         a, b = torch.randn(m, k, device="cuda").bfloat16(), torch.randn(n, k, device="cuda").bfloat16()
         out = torch.full((m, n), float("nan"), device="cuda")
         got = wgmma_tile.matmul_t(a, b, n_tile=64 if n >= 64 else 8, out=out)
-        torch.testing.assert_close(got, (a.double() @ b.double().T).float(), rtol=1e-5, atol=1e-5)
-    print(f"wgmma_tile on {HERE.name}: matches torch in fp64 to fp32 rounding, tails included")
+        torch.testing.assert_close(got, (a.double() @ b.double().T).float(), rtol=1e-4, atol=1e-4)
+    print(f"wgmma_tile on {HERE.name}: matches torch (in fp64) to fp32 accumulation error, tails included")
 else:
     print("No Hopper GPU here: compiled and read above, not run.")
 
@@ -242,7 +242,7 @@ plt.show()
 if ON_BLACKWELL:
     a, b = torch.randn(300, 64, device="cuda").bfloat16(), torch.randn(200, 64, device="cuda").bfloat16()
     got = tcgen05_tile.matmul_t(a, b, n_tile=128)
-    torch.testing.assert_close(got, (a.double() @ b.double().T).float(), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, (a.double() @ b.double().T).float(), rtol=1e-4, atol=1e-4)
     print(f"tcgen05_tile on {HERE.name}: matches torch")
 else:
     print("No Blackwell GPU here (we have none): tcgen05_tile is compiled for sm_100a and read, not run.")
