@@ -92,8 +92,9 @@ plt.show()
 
 # %% [markdown]
 # `(2,4):(1,2)` is just 8 consecutive offsets (`8:1`); `(2,4):(4,1)` is row-major and cannot be merged. The
-# composition picks, from the row-major 8 × 16 matrix, the elements a `(4,2):(2,1)` layout indexes: indices
-# 0..7 of the matrix, which lie in column order at offsets `16·i`, hence `(4,2):(32,16)`.
+# composition feeds the indices 0..7 that `(4,2):(2,1)` produces into the row-major 8 × 16 matrix, which reads a
+# 1-D index column-major: indices 0..7 are its first column, at offsets `16·k`; so `(i, j)` lands at
+# `16·(2i + j)`, the layout `(4,2):(32,16)`.
 #
 # ## 3. Tiling: `zipped_divide`, `logical_divide`, `local_tile`
 #
@@ -206,9 +207,11 @@ print("thread 5 holds", [(int(r), int(c)) for v in range(8) for r, c in np.argwh
 # ## 6. Trace time and run time
 #
 # A `@cute.jit` or `@cute.kernel` function is run once by Python to **trace** it into IR, which is compiled;
-# the compiled code runs later. Python control flow over compile-time values happens during the trace and
-# leaves no instruction behind. The host function below (it runs on the CPU, no GPU needed) shows it:
-# `print` runs while tracing and sees a runtime value only as `?`; `cute.printf` runs in the compiled code.
+# the compiled code runs later. The DSL rewrites the function's loops and `if`s into IR, so by default they
+# run in the compiled code; `cutlass.range_constexpr` (a loop) and `cutlass.const_expr` (a condition) make Python
+# run them during the trace instead, leaving no instruction behind. The host function below (it runs on the CPU,
+# no GPU needed) shows the split: `print` runs while tracing and sees a runtime value only as `?`; `cute.printf`
+# runs in the compiled code.
 
 # %%
 print(source.excerpt(trace_time.trace_then_run, "print(f\"trace: n", "cute.printf"))
@@ -237,8 +240,8 @@ assert (counts.FFMA == counts.degree).all() and (counts.FMNMX == counts.relu).al
 # %% [markdown]
 # The FFMA count follows the degree and the FMNMX count follows `relu`: both were decided while tracing. The
 # single `LDG` and `STG` are the body of the runtime loop, which the compiler kept as a loop (its branch back
-# is among the `BRA`s). A loop written with Python's `range` inside a kernel is also unrolled at trace time;
-# `cutlass.range(n, unroll=1)` is the way to ask for a loop in the machine code.
+# is among the `BRA`s). Python's own `range` in a kernel gives the same runtime loop as `cutlass.range`, which
+# adds controls such as `unroll=1`; only `range_constexpr` unrolls while tracing.
 #
 # (A trap: a register fragment indexed by a *runtime* loop index cannot stay in registers, so loops over
 # fragments, like the ones in `scale`, are `range_constexpr`.)

@@ -10,7 +10,6 @@ from workbook import gpus
 
 CUTLASS_DTYPES = {torch.float32: cutlass.Float32, torch.bfloat16: cutlass.BFloat16,
                   torch.float16: cutlass.Float16, torch.int32: cutlass.Int32}
-TORCH_DTYPES = {v: k for k, v in CUTLASS_DTYPES.items()}
 
 
 def fake_matrix(dtype, cols: int, align: int = 16, rows_name: str = "M"):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 
-import cutlass
 import cutlass.cute as cute
 import torch
 

@@ -1,14 +1,17 @@
 """Lesson 2: what runs while Python traces, and what runs on the GPU.
 
 A `@cute.jit` / `@cute.kernel` function is run once by Python to *trace* it into IR; the IR is compiled
-and the compiled code runs later, on the GPU (or, for host code, on the CPU). Everything Python computes
-from compile-time values happens during that trace and leaves no instruction behind:
+and the compiled code runs later, on the GPU (or, for host code, on the CPU). The DSL rewrites the function's
+loops and branches into IR, so by default they run in the compiled code; two markers make Python run them
+during the trace instead, leaving no instruction behind:
 
     print(...)                      prints while tracing (a runtime value prints as `?`)
     cute.printf(...)                prints when the compiled code runs, with the runtime values
     if cutlass.const_expr(c): ...   c is decided while tracing; the branch not taken is not compiled
     for i in cutlass.range_constexpr(n): ...   unrolled while tracing: n copies of the body
-    for i in cutlass.range(a, b, s): ...       a loop in the compiled code (bounds may be runtime values)
+    for i in cutlass.range(a, b, s): ...       a loop in the compiled code (bounds may be runtime values);
+                                               Python's own `range` in a kernel is the same
+    if c: ...                       a branch in the compiled code (c may be a runtime value)
 
 The kernel, `polyval`, evaluates a polynomial whose coefficients are compile-time constants by Horner's
 rule: `range_constexpr` over the coefficients becomes one FFMA each in SASS, and `const_expr(relu)` adds
