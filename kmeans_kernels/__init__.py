@@ -4,6 +4,7 @@
     ids = kmeans_kernels.assign(x, c, variant="ilp2")     # a named step of the tutorial
     art = kmeans_kernels.compile_assign("ilp2", N=65536, D=128, K=4096, arch="sm_90a")   # no GPU needed
     art.ptx, art.cubin, art.sass
+    r = kmeans_kernels.fit(x, k)                          # k-means (Lloyd's loop) on it, CUDA or CPU: lloyd.py
 
 The answer is defined by `kmeans_kernels.reference` (see its docstring for the numerical contract).
 Each architecture has one backend module that exposes the same four names:
@@ -99,3 +100,6 @@ def compile_assign(variant: str, *, N: int, D: int, K: int, arch: str = "sm_90a"
     if variant not in be.VARIANTS:
         raise ValueError(f"variant {variant!r} does not exist for {arch}; choose from {tuple(be.VARIANTS)}")
     return be.compile(variant, N, D, K, dump_dir)
+
+
+from kmeans_kernels.lloyd import FitResult, fit  # noqa: E402  (lloyd.py uses assign, defined above)

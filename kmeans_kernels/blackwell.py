@@ -434,13 +434,13 @@ def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out:
 # ---------------------------------------------------------------------------------------------------
 # For `python -m kmeans_kernels.bench --gpu b200`
 
-# workbook.pr's path ids (the seed's "WS", "X-resident", ...) -> the variant of this module that implements it
+# kmeans_kernels.seeds' path ids (the seed's "WS", "X-resident", ...) -> the variant of this module that implements it
 PR_PATHS = {"ws": "serial", "x_resident": "x_resident", "ilp2": "ilp2", "norm_broadcast": "norm_broadcast"}
 
 
 def pr_cases() -> list[tuple[int, int, int, str, str]]:
     """The 13 shapes of flashlib PR #22 as (N, D, K, main variant, PR variant): what a B200 bench times,
     both variants on the same inputs, to set our numbers next to the seed's table."""
-    from workbook import pr
+    from kmeans_kernels import seeds
     return [(int(r.N), int(r.D), int(r.K), PR_PATHS[r.main_path], PR_PATHS[r.pr_path])
-            for r in pr.main_table().itertuples()]
+            for r in seeds.main_table().itertuples()]

@@ -1,52 +1,68 @@
-"""The shape explorer's logic (workbook.explore), without widgets and without a GPU.
+"""The shape explorer's logic (workbook.explore), without a GPU, on a toy problem: the explorer knows no kernel,
+so it is tested on one it has never heard of. (The real problems are tested in test_kmeans_explore.py and
+test_gemm_explore.py.)"""
+from __future__ import annotations
 
-The explorer takes the kernel packages' knowledge as injected callables; here they are wired to the real
-planner (gemm_kernels.waves) with a small, test-only set of variant names.
-"""
 import math
 import random
-import tempfile
 
 import matplotlib
-import pandas as pd
 import pytest
-import torch
 
 matplotlib.use("Agg")
 
-from gemm_kernels import waves  # noqa: E402
-from workbook import DATA, explore, gpus, records  # noqa: E402
+import matplotlib.pyplot as plt  # noqa: E402
 
-rng = random.Random()   # fresh shapes every run; a failing assert shows the shape it drew
-VARIANTS = {"kmeans": ["serial", "ilp2", "torch matmul_argmin"], "gemm": ["uniform", "balanced", "torch.matmul"]}
-TILES = {"sm_100a": (256, (256, 224, 192)), "sm_90a": (128, (256, 192))}
+from workbook import explore, gpus, records  # noqa: E402
 
-
-def plan(kind, shape, gpu, variant):
-    if variant.startswith("torch"):
-        return None
-    if kind == "kmeans":
-        n, d, k = shape
-        return waves.plan(n, k, gpu=gpu, tile_m=128, tile_ns=(k,), balanced=False, slots=gpu.sm_count)
-    m, n, k = shape
-    tile_m, tile_ns = TILES[gpu.arch]
-    return waves.plan(m, n, gpu=gpu, tile_m=tile_m, tile_ns=tile_ns, balanced=variant == "balanced")
+rng = random.Random()     # fresh shapes every run; a failing assert shows the shape it drew
+PROV = dict(gpu="NVIDIA H200", sm_count=132, driver="1", torch="t", cutlass_dsl="4.8.1")
 
 
-def check_d(shape, gpu):
-    if shape[1] % 16:
-        raise ValueError(f"D={shape[1]} is not a multiple of 16")
+class Toy(explore.Problem):
+    """C[A, B] += over C: tiles of `tile` x `tile`, `ctas` CTAs per SM; 'vendor' is not modelled."""
+    name = "toy"
+    dims = (explore.Dim("A", 1024, 64, 1 << 16), explore.Dim("B", 1024, 64, 1 << 16, 8),
+            explore.Dim("C", 256, 16, 4096, 16))
+    table = "toy"
+    model = "the toy model"
+    baselines = ("vendor",)
+    TILES = {"narrow": (64, 1), "wide": (128, 1), "twice per SM": (64, 2), "wide too": (128, 1)}
 
+    def __init__(self, live=None):
+        self.live = live or {}
 
-# the model's tests must not depend on what data/measured/ holds today: by default an empty records folder
-NO_RECORDS = tempfile.mkdtemp(prefix="no_records_")
+    def check(self, shape, gpu):
+        if shape[2] % 16:
+            raise ValueError(f"C={shape[2]} is not a multiple of 16")
 
+    def flops(self, shape):
+        a, b, c = shape
+        return 2.0 * a * b * c
 
-def make_explorer(**kw):
-    kw.setdefault("records_root", NO_RECORDS)
-    return explore.Explorer(variants=lambda kind, gpu: VARIANTS[kind],
-                            planners={k: (lambda s, g, v, k=k: plan(k, s, g, v)) for k in VARIANTS},
-                            checks={"kmeans": check_d}, **kw)
+    def nbytes(self, shape):
+        a, b, c = shape
+        return 2.0 * a * b          # a toy: only its output goes through memory
+
+    def configurations(self, gpu):
+        return [*self.TILES, "vendor"]
+
+    def waves(self, shape, gpu, configuration):
+        if configuration == "vendor":
+            return None
+        a, b, c = shape
+        tile, ctas = self.TILES[configuration]
+        if configuration == "wide" and a > 60000:
+            raise ValueError("wide takes A <= 60000")
+        return explore.uniform_waves(math.ceil(a / tile) * math.ceil(b / tile), gpu.sm_count * ctas,
+                                     2.0 * tile * tile * c, slot="SM" if ctas == 1 else f"CTA ({ctas} per SM)",
+                                     tile=f"{tile} x {tile}")
+
+    def references(self, shape, gpu):
+        return [explore.Reference("their kernel", 1e-3, "data/pr/toy.csv (their GPU)")] if gpu.key == "b200" else []
+
+    def measure(self, shape, configuration):
+        return self.live.get(configuration)
 
 
 @pytest.fixture(autouse=True)
@@ -55,171 +71,254 @@ def no_gpu(monkeypatch):
     monkeypatch.setattr(gpus, "current", lambda device=None: None)
 
 
-def random_shape(kind):
-    if kind == "kmeans":
-        return (rng.randint(1, 1 << 20), 16 * rng.randint(1, 32), rng.randint(1, 1 << 15))
-    return tuple(rng.choice([256, 512]) * rng.randint(1, 64) for _ in range(3))
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
 
 
-# ------------------------------------------------------------------------------------------------ problems
-
-@pytest.mark.parametrize("kind", ["kmeans", "gemm"])
-def test_flops_and_bytes_count_the_real_tensors(kind):
-    a, b, c = shape = random_shape(kind)
-    p = explore.problem(kind, shape)
-    bf16 = dict(dtype=torch.bfloat16, device="meta")
-    if kind == "kmeans":   # x [N, D], c [K, D] in; ids [N] int32 out; the K fp32 norms
-        tensors = [torch.empty(a, b, **bf16), torch.empty(c, b, **bf16), torch.empty(a, dtype=torch.int32, device="meta"),
-                   torch.empty(c, dtype=torch.float32, device="meta")]
-        flops = 2 * a * c * b      # the N x K scores, each a D-long dot product
-    else:                  # A [M, K] @ B [K, N] -> C [M, N]
-        tensors = [torch.empty(a, c, **bf16), torch.empty(c, b, **bf16), torch.empty(a, b, **bf16)]
-        flops = 2 * a * b * c
-    assert p.nbytes == sum(t.nbytes for t in tensors), shape
-    assert p.flops == flops, shape
+def explorer(tmp_path, **kw):
+    return explore.Explorer(Toy(**kw), records_root=tmp_path)
 
 
-@pytest.mark.parametrize("kind, shape, words", [
-    ("kmeans", (0, 16, 4), "N must be a positive integer"),
-    ("kmeans", (8, -16, 4), "D must be"),
-    ("gemm", (8, 8, 2.5), "K must be"),
-    ("gemm", (True, 8, 8), "M must be"),
-    ("gemm", ("8", 8, 8), "M must be"),
-    ("gemm", (8, 8), "(M, N, K)"),
-    ("conv", (8, 8, 8), "kind must be"),
-    ("gemm", (1 << 16, 1 << 16, 1 << 16), "32-bit indexing"),
-])
-def test_a_non_shape_is_a_value_error_that_says_why(kind, shape, words):
-    with pytest.raises(ValueError, match=words.replace("(", r"\(").replace(")", r"\)")):
-        explore.problem(kind, shape)
+def random_shape():
+    return (rng.randint(1, 1 << 15), 8 * rng.randint(1, 4096), 16 * rng.randint(1, 64))
+
+
+def rows(date, commit, shape, ms):
+    """Benchmark rows of one run at `shape`: {(kernel, variant): ms}."""
+    a, b, c = shape
+    return [dict(kernel=k, variant=v, A=a, B=b, C=c, ms_median=t, ms_min=t, ms_max=t, tflops=1.0, match_rate=1.0,
+                 commit=commit, date=date, **PROV) for (k, v), t in ms.items()]
 
 
 # ------------------------------------------------------------------------------------------------ the model
 
-@pytest.mark.parametrize("gpu", ["b200", "h200"])
-def test_prediction_respects_the_roofline_and_balancing_never_predicts_slower(gpu):
-    ex = make_explorer()
-    for _ in range(5):
-        shape = random_shape("gemm")
-        result = ex.explore("gemm", shape, gpu)
-        rows = {r.variant: r for r in result.rows}
-        for r in rows.values():
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+def test_predictions_never_beat_the_roofline_and_differ_where_the_tiling_does(tmp_path, gpu):
+    ex = explorer(tmp_path)
+    for _ in range(20):
+        shape = random_shape()
+        result = ex.explore(shape, gpu)
+        by = {r.name: r for r in result.rows}
+        for r in result.rows:
             if r.predicted_ms is not None:
-                assert r.predicted_ms >= result.roofline.ms * (1 - 1e-12), (shape, r)
-                # the stretch is exactly the plan's wave efficiency whenever the math term dominates
-                if result.roofline.bound == "compute":
-                    assert math.isclose(r.predicted_ms * r.efficiency, result.roofline.compute_ms, rel_tol=1e-9)
-        assert rows["balanced"].predicted_ms <= rows["uniform"].predicted_ms * (1 + 1e-12), shape
-        assert rows["torch.matmul"].predicted_ms is None
+                assert r.predicted_ms >= result.roofline.ms * (1 - 1e-12), (shape, r.name)
+        assert by["vendor"].predicted_ms is None and by["vendor"].waves is None
+        assert by["wide"].predicted_ms == by["wide too"].predicted_ms          # same tiling, same prediction
+        # the model's time is exactly the makespan of equal items at a slot's share of the peak
+        w = by["twice per SM"].waves
+        spec = gpus.get(gpu)
+        assert w.slots == 2 * spec.sm_count
+        assert math.isclose(w.compute_ms(spec), math.ceil(w.items / w.slots) * w.item_flops * w.slots
+                            / (spec.bf16_dense_tflops * 1e9), rel_tol=1e-12)
 
 
-def test_seed_004_wave_tail_on_b200():
-    """4096^3 in 256 x 256 tiles on 74 CTA pairs: 3.46 waves; balancing fills the last wave (seed 004)."""
-    result = make_explorer().explore("gemm", (4096, 4096, 4096), "b200")
-    uniform, balanced = result.plans["uniform"], result.plans["balanced"]
-    assert (len(uniform.items), uniform.slots, round(uniform.waves, 2)) == (256, 74, 3.46)
-    assert len(balanced.items) % 74 == 0 and balanced.efficiency > uniform.efficiency
+def test_a_full_wave_of_whole_tiles_predicts_the_roofline(tmp_path):
+    spec = gpus.H200
+    shape = (64 * spec.sm_count * rng.randint(1, 4), 64, 16 * rng.randint(16, 64))   # narrow: whole waves, no pad
+    result = explorer(tmp_path).explore(shape, "h200", ["narrow"])
+    (row,) = result.rows
+    assert row.waves.efficiency == 1.0 and row.waves.waves == row.waves.makespan
+    assert row.predicted_ms == pytest.approx(max(result.roofline.compute_ms, result.roofline.memory_ms), rel=1e-12)
 
 
-def test_model_ties_have_no_winner_and_say_so():
-    """serial and ilp2 tile identically: the model cannot rank them, so no winner is claimed."""
-    result = make_explorer().explore("kmeans", (65536, 128, 4096), "h200", ["serial", "ilp2"])
-    assert result.winner is None
-    assert "No single winner" in result.summary() and "No GPU here" in result.summary()
+def test_the_tail_and_the_padding_cost_what_the_model_says(tmp_path):
+    spec = gpus.H200
+    tiles = spec.sm_count + 1                                  # one tile into a second wave
+    result = explorer(tmp_path).explore((64 * tiles - 1, 64, 4096), "h200", ["narrow"])
+    w = result.rows[0].waves
+    assert (w.items, w.makespan, w.waves) == (tiles, 2.0, tiles / spec.sm_count)
+    padded = 2.0 * 64 * 64 * 4096 * 2 * spec.sm_count              # two waves of whole tiles
+    assert result.rows[0].predicted_ms == pytest.approx(max(padded / (spec.bf16_dense_tflops * 1e9),
+                                                            result.roofline.memory_ms), rel=1e-12)
+    assert result.rows[0].predicted_ms > result.roofline.ms
+
+
+def test_model_ties_have_no_winner_and_say_so(tmp_path):
+    result = explorer(tmp_path).explore((4096, 4096, 256), "h200", ["wide", "wide too"])
+    assert result.winner is None and result.winner_basis.startswith("model")
+    text = result.summary()
+    assert "wide, wide too:" in text and "tile alike" in text and "No single winner" in text and "No GPU here" in text
+
+
+def test_a_configuration_that_refuses_the_shape_is_left_out_with_a_note(tmp_path):
+    result = explorer(tmp_path).explore((60001, 64, 64), "h200")
+    assert "wide" not in [r.name for r in result.rows] and "wide too" in [r.name for r in result.rows]
+    assert any(n.startswith("wide left out: wide takes A <= 60000") for n in result.notes)
+
+
+@pytest.mark.parametrize("shape, configs, gpu, words", [
+    ((0, 8, 16), None, "h200", "A must be a positive integer"),
+    ((8, 8, 2.5), None, "h200", "C must be"),
+    ((True, 8, 16), None, "h200", "A must be"),
+    ((8, 8), None, "h200", r"\(A, B, C\)"),
+    ((8, 8, 20), None, "h200", "not a multiple of 16"),
+    ((8, 8, 16), ["narrow", "typo"], "h200", "unknown toy configuration"),
+    ((8, 8, 16), None, "a100", "unknown GPU"),
+])
+def test_what_cannot_be_explored_is_a_value_error_that_says_why(tmp_path, shape, configs, gpu, words):
+    with pytest.raises(ValueError, match=words):
+        explorer(tmp_path).explore(shape, gpu, configs)
 
 
 # ------------------------------------------------------------------------------------------- measurements
 
-def test_recorded_rows_of_exactly_this_shape_decide_the_winner(tmp_path):
-    shape = random_shape("kmeans")
-    other = (shape[0] + 1, shape[1], shape[2])
-    ms = {v: rng.uniform(0.01, 5.0) for v in ("serial", "ilp2")}
-    prov = dict(gpu="NVIDIA H200", sm_count=132, driver="999.1", torch="t", cutlass_dsl="4.8.1",
-                commit="c0ffee1", date="2026-01-01T00:00:00Z")
-
-    def row(kernel, variant, s, t):
-        return dict(kernel=kernel, variant=variant, N=s[0], D=s[1], K=s[2], ms_median=t, ms_min=t, ms_max=t,
-                    tflops=1.0, match_rate=1.0, **prov)
-
-    records.append("h200", "kmeans_assign", [
-        row("ours", "serial", shape, ms["serial"]), row("ours", "ilp2", shape, ms["ilp2"]),
-        row("torch", "matmul_argmin", shape, 10.0),
-        row("ours", "serial", other, 1e-6),          # another shape: must not be picked up
-    ], root=tmp_path)
-    result = make_explorer(records_root=tmp_path).explore("kmeans", shape, "h200")
-    rows = {r.variant: r for r in result.rows}
-    assert rows["serial"].recorded_ms == ms["serial"] and rows["ilp2"].recorded_ms == ms["ilp2"]
-    assert rows["torch matmul_argmin"].recorded_ms == 10.0
-    assert result.winner == min(ms, key=ms.get) and result.winner_basis == "recorded measurement"
-    assert "kmeans_assign.csv" in rows["serial"].recorded_source and "c0ffee1" in rows["serial"].recorded_source
+def test_recorded_numbers_come_from_one_run_never_mixed_with_an_older_one(tmp_path):
+    shape = random_shape()
+    old = {("ours", "narrow"): 9.0, ("ours", "wide"): 8.0, ("vendor", "vendor"): 7.0}
+    new = {("ours", "narrow"): rng.uniform(1, 2), ("ours", "wide"): rng.uniform(1, 2)}
+    records.append("h200", "toy", rows("2026-01-01T00:00:00Z", "aaaaaaa", shape, old), root=tmp_path)
+    records.append("h200", "toy", rows("2026-01-02T00:00:00Z", "bbbbbbb", shape, new), root=tmp_path)
+    other = (shape[0] + 1, *shape[1:])                     # another shape, newer still: never picked up
+    records.append("h200", "toy", rows("2026-01-03T00:00:00Z", "ccccccc", other, {("ours", "narrow"): 1e-6}),
+                   root=tmp_path)
+    result = explorer(tmp_path).explore(shape, "h200", ["narrow", "wide"])
+    by = {r.name: r for r in result.rows}
+    # the newer run timed both chosen configurations: it is the one shown, whole; the older "vendor" is not
+    assert by["narrow"].recorded_ms == new["ours", "narrow"] and by["wide"].recorded_ms == new["ours", "wide"]
+    assert "vendor" not in by and "bbbbbbb" in result.run and "2026-01-02" in result.run
+    assert result.winner == min(("narrow", "wide"), key=lambda n: new["ours", n])
+    assert result.winner_basis == "recorded measurement"
+    # asking for vendor too: the older run timed all three, the newer only two, so the older one is shown
+    result = explorer(tmp_path).explore(shape, "h200", ["narrow", "wide", "vendor"])
+    assert [r.recorded_ms for r in result.rows] == [9.0, 8.0, 7.0] and "aaaaaaa" in result.run
     table = result.table()
-    assert list(table["variant"]) == ["serial", "ilp2", "torch matmul_argmin"]
+    assert table["kind"].tolist() == ["recorded"] * 3 and "recorded in" in table.columns
 
 
-def test_live_timings_win_over_recorded_ones(monkeypatch):
+def test_a_recorded_baseline_that_is_no_configuration_joins_as_recorded_and_a_deselected_one_does_not(tmp_path):
+    shape = random_shape()
+    run = {("ours", "narrow"): 2.0, ("ours", "wide"): 3.0, ("flash", "attn"): 1.5}
+    records.append("h200", "toy", rows("2026-01-01T00:00:00Z", "aaaaaaa", shape, run), root=tmp_path)
+    result = explorer(tmp_path).explore(shape, "h200", ["narrow"])
+    assert [(r.name, r.origin, r.recorded_ms) for r in result.rows] == [("narrow", "ours", 2.0),
+                                                                        ("flash attn", "recorded", 1.5)]
+
+
+def test_published_numbers_join_as_theirs_and_do_not_outrank_our_measurements(tmp_path):
+    shape = random_shape()
+    result = explorer(tmp_path).explore(shape, "b200")
+    ref = result.rows[-1]
+    assert (ref.name, ref.origin, ref.shown[1]) == ("their kernel", "reference", "published")
+    assert result.winner == "their kernel" and result.winner_basis.startswith("published")
+    assert all(r.recorded_ms is None for r in explorer(tmp_path).explore(shape, "h200").rows)
+    on_b200 = [{**r, "gpu": "NVIDIA B200", "sm_count": 148}
+               for r in rows("2026-01-01T00:00:00Z", "aaaaaaa", shape, {("ours", "wide"): 5.0})]
+    records.append("b200", "toy", on_b200, root=tmp_path)
+    result = explorer(tmp_path).explore(shape, "b200")
+    assert result.winner == "wide" and result.winner_basis == "recorded measurement"
+
+
+def test_live_timings_win_and_run_only_on_a_gpu_of_that_kind(tmp_path, monkeypatch):
+    live = {"narrow": rng.uniform(0.1, 1), "wide": rng.uniform(0.1, 1)}
     monkeypatch.setattr(gpus, "current", lambda device=None: gpus.H200)
-    live = {v: rng.uniform(0.01, 1.0) for v in VARIANTS["gemm"]}
-    calls = []
-
-    def measure(kind, shape, variant):
-        calls.append(variant)
-        return live[variant]
-
-    result = make_explorer(measure=measure).explore("gemm", (8192, 8192, 8192), "h200")
-    assert sorted(calls) == sorted(VARIANTS["gemm"])
+    result = explorer(tmp_path, live=live).explore(random_shape(), "h200")
+    assert {r.name: r.live_ms for r in result.rows if r.live_ms} == live
     assert result.winner == min(live, key=live.get) and result.winner_basis == "measured live on this GPU"
-    # a B200 question on an H200 machine runs nothing live
-    calls.clear()
-    assert make_explorer(measure=measure).explore("gemm", (8192, 8192, 8192), "b200").winner_basis != \
-        "measured live on this GPU" and not calls
+    assert result.table().set_index("configuration").loc["narrow", "kind"] == "live"
+    assert all(r.live_ms is None for r in explorer(tmp_path, live=live).explore(random_shape(), "h200",
+                                                                                live=False).rows)
+    result = explorer(tmp_path, live=live).explore(random_shape(), "b200")
+    assert all(r.live_ms is None for r in result.rows) and "not a NVIDIA B200" in result.summary()
 
 
-def test_b200_brings_the_seed_prs_numbers_labelled_as_theirs():
-    seed = pd.read_csv(DATA / "pr" / "gemm_sol_final.csv").set_index("size")
-    size = rng.choice(list(seed.index))
-    result = make_explorer().explore("gemm", (size,) * 3, "b200")
-    rows = {r.variant: r for r in result.rows}
-    assert rows["cuBLASLt top-8"].recorded_ms == pytest.approx(seed.loc[size, "cublaslt_top8_us"] / 1e3)
-    assert "seed 004" in rows["cuBLASLt top-8"].recorded_source
-    nightly = pd.read_csv(DATA / "pr" / "kmeans_pr22_nightly.csv").sample(1, random_state=rng.randrange(1 << 30))
-    n, d, k = (int(nightly[c].iloc[0]) for c in "NDK")
-    result = make_explorer().explore("kmeans", (n, d, k), "b200")
-    recorded = sorted(r.recorded_ms for r in result.rows if r.recorded_ms is not None)
-    assert recorded == sorted([nightly["pr_ms"].iloc[0], nightly["nightly_ms"].iloc[0]])
-    assert all(r.recorded_ms is None for r in make_explorer().explore("kmeans", (n, d, k), "h200").rows)
+# ------------------------------------------------------------------------------------------------- sweeps
+
+def test_sweep_values_are_multiples_spread_on_a_log_axis():
+    d = explore.Dim("D", 128, 16, 512, 16)
+    for _ in range(20):
+        lo, hi, n = rng.randint(1, 200), rng.randint(200, 5000), rng.randint(2, 12)
+        vals = d.values(lo, hi, n)
+        assert all(v % 16 == 0 for v in vals) and vals == sorted(set(vals)) and len(vals) <= n
+        assert abs(vals[0] - max(16, lo)) <= 16 and abs(vals[-1] - hi) <= 8
+    assert explore.Dim("K", 1, 1, 1 << 20).values(512, 16384, 6) == [512, 1024, 2048, 4096, 8192, 16384]
+    with pytest.raises(ValueError, match="at least 2"):
+        d.values(16, 512, 1)
 
 
-def test_refused_shapes_and_unknown_variants_are_value_errors():
-    ex = make_explorer()
-    with pytest.raises(ValueError, match="multiple of 16"):
-        ex.explore("kmeans", (1024, 100, 64), "h200")
-    with pytest.raises(ValueError, match="unknown gemm variant"):
-        ex.explore("gemm", (1024, 1024, 1024), "h200", ["uniform", "7-stage-typo"])
-    with pytest.raises(ValueError, match="unknown GPU"):
-        ex.explore("gemm", (1024, 1024, 1024), "a100")
+def test_a_sweep_explores_each_value_and_leaves_refused_ones_out(tmp_path):
+    ex = explorer(tmp_path)
+    s = ex.sweep((4096, 4096, 256), "C", [16, 20, 64, 256], "h200", ["narrow", "wide"])
+    assert s.values == [16, 64, 256] and any("C=20 left out" in n for n in s.notes)
+    t = s.table()
+    assert len(t) == 3 * 2 and t.groupby("C").size().tolist() == [2, 2, 2]
+    assert (t["ms"] >= t["roofline ms"] * (1 - 1e-12)).all() and set(t["kind"]) == {"predicted"}
+    with pytest.raises(ValueError, match="no value of C"):
+        ex.sweep((4096, 4096, 256), "C", [20, 30], "h200")
+    with pytest.raises(ValueError, match="not a dimension"):
+        ex.sweep((4096, 4096, 256), "Q", [16], "h200")
 
 
-# ----------------------------------------------------------------------------------------- figure and UI
+# ----------------------------------------------------------------------------------------- figures and UI
 
-def test_figure_draws_one_occupancy_panel_per_distinct_tiling():
-    import matplotlib.pyplot as plt
-    ex = make_explorer()
-    gemm = explore.figure(ex.explore("gemm", (4096, 4096, 4096), "b200"))     # uniform != balanced
-    kmeans = explore.figure(ex.explore("kmeans", (65536, 128, 4096), "b200"))  # serial == ilp2
-    try:
-        assert len(gemm.axes) == 3 and len(kmeans.axes) == 2
-        assert "CTA pair" in gemm.axes[0].get_xlabel() and "SM" in kmeans.axes[0].get_xlabel()
-    finally:
-        plt.close(gemm)
-        plt.close(kmeans)
+def latency_axes(fig):
+    return [ax for ax in fig.axes if ax.get_title().startswith("latency per configuration")][0]
 
 
-def test_ui_shows_a_message_not_a_traceback(capsys):
-    ui = explore.build_ui(make_explorer())
-    kind, dims, (_gpu, variants, go) = ui.children[0], ui.children[1].children, ui.children[2].children
-    assert kind.value == "kmeans" and list(variants.options) == VARIANTS["kmeans"]
-    dims[1].value = 100                                   # D not a multiple of 16
+def test_the_figure_marks_each_kind_and_does_not_let_a_slow_bar_squash_the_rest(tmp_path):
+    shape = random_shape()
+    run = {("ours", "narrow"): 0.05, ("ours", "wide"): 0.06, ("vendor", "vendor"): 2.0}
+    records.append("h200", "toy", rows("2026-01-01T00:00:00Z", "aaaaaaa", shape, run), root=tmp_path)
+    result = explorer(tmp_path).explore(shape, "h200")
+    fig = explore.figure(result)
+    ax = latency_axes(fig)
+    assert ax.get_xscale() == "log"                          # 2 ms next to 0.05 ms: a log axis
+    labels = {t.get_text() for t in ax.get_legend().get_texts()}
+    assert {"predicted", "recorded", "recorded (baseline)"} <= labels
+    assert [r.origin for r in result.rows][-1] == "baseline"          # vendor: someone else's library, in grey
+    colours = {matplotlib.colors.to_hex(p.get_facecolor()) for p in ax.patches if not p.get_hatch()}
+    assert colours == {matplotlib.colors.to_hex("tab:blue"), matplotlib.colors.to_hex("0.6")}
+    hatched = [p for p in ax.patches if p.get_hatch()]
+    assert len(hatched) == sum(r.predicted_ms is not None for r in result.rows)
+    assert len(fig.axes) == 1 + len(explore.distinct_waves(result)) == 1 + 3   # wide and wide too: one picture
+    source = [t.get_text() for t in ax.texts if t.get_text().startswith("Source:")][0]
+    assert "aaaaaaa" in source and "a model, not a measurement" in source
+
+    fig = explore.figure(result, view="roofline")
+    ax = latency_axes(fig)
+    assert ax.get_xscale() == "linear" and ax.get_xlim() == (0, 1.1)
+    widths = sorted(p.get_width() for p in ax.patches if not p.get_hatch())
+    assert widths == pytest.approx(sorted(result.roofline.ms / ms for ms in run.values()))
+    with pytest.raises(ValueError, match="view"):
+        explore.figure(result, view="bars")
+
+
+def test_the_sweep_figure_has_a_line_per_configuration_and_kind(tmp_path):
+    s = explorer(tmp_path).sweep((4096, 4096, 256), "A", [1024, 2048, 4096, 8192], "h200", ["narrow", "wide"])
+    fig = explore.sweep_figure(s)
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log" and ax.get_xscale() == "log"
+    assert len([line for line in ax.lines if line.get_linestyle() == "--"]) == 2      # two predictions
+    assert explore.sweep_figure(s, view="roofline").axes[0].get_ylim() == (0, 1.08)
+
+
+def test_ui_shows_a_message_not_a_traceback_and_sweeps(tmp_path, capsys):
+    ui = explore.build_ui([explorer(tmp_path)])
+    problem, dims, (gpu, chosen), sweep_row, (view, live, go), out = (
+        ui.children[0], ui.children[1].children, ui.children[2].children, ui.children[3].children,
+        ui.children[4].children, ui.children[5])
+    assert [d.description for d in dims] == ["A", "B", "C"] and dims[2].step == 16
+    assert list(chosen.options) == Toy().configurations(gpus.H200) and live.disabled
+    dims[2].value = 20
     go.click()
-    assert "Cannot explore this: D=100" in capsys.readouterr().out
-    kind.value = "gemm"
-    assert list(variants.options) == VARIANTS["gemm"] and [d.description for d in dims] == ["M", "N", "K"]
+    assert "Cannot explore this: C=20 is not a multiple of 16" in capsys.readouterr().out
+    dims[2].value = 256
+    mode, sweep_dim, sweep_from, sweep_to, points = sweep_row
+    mode.value, sweep_dim.value = "sweep", "A"
+    sweep_from.value, sweep_to.value, points.value = 1024, 8192, 4
+    view.value = "roofline"
+    go.click()
+    printed = capsys.readouterr().out
+    assert "Cannot explore" not in printed and "configuration" in printed
+
+
+def test_a_big_wave_picture_draws_each_slots_run_as_one_bar_and_keeps_its_shape():
+    gantt = [[(0.0, 1.0, "a"), (1.0, 1.0, "a"), (2.0, 0.75, "b"), (2.75, 0.75, "b")], [(0.5, 1.0, "a"), (2.0, 1.0, "a")]]
+    assert explore._merged(gantt) == [[(0.0, 2.0, "a"), (2.0, 1.5, "b")], [(0.5, 1.0, "a"), (2.0, 1.0, "a")]]
+
+
+def test_this_gpu_is_offered_first_and_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpus, "current", lambda device=None: gpus.H200)
+    gpu = explore.build_ui([explorer(tmp_path)]).children[2].children[0]
+    assert [v for _, v in gpu.options] == ["h200", "b200"] and gpu.options[0][0] == "this GPU: NVIDIA H200"

@@ -139,7 +139,7 @@ def test_wave_occupancy_uniform_tiles_leave_the_last_wave_part_idle():
     assert len(bars["work item"]) == 256 and len(bars["idle"]) == 40
     assert {p.get_x() + p.get_width() / 2 for p in bars["idle"]} == set(range(34, 74))
     assert all(p.get_y() == 3 and p.get_height() == 1 for p in bars["idle"])
-    assert "4.00 waves" in ax.get_title() and "86.5%" in ax.get_title()
+    assert "3.46 waves, makespan 4.00" in ax.get_title() and "86.5%" in ax.get_title()
     assert caption(ax).startswith("Source: schedule computed")
     assert_not_blank(fig)
 
@@ -176,7 +176,9 @@ def test_wave_occupancy_mixed_widths_draw_proportionally(rng):
     bars = bars_by_label(fig.axes[0])
     assert {p.get_height() for p in bars["256 wide"]} == {1.0}
     assert {p.get_height() for p in bars["192 wide"]} == {0.75}
-    assert "idle" not in bars and "3.00 waves" in fig.axes[0].get_title()
+    # waves count items (3 or 4 per slot), the makespan counts time: all slots are done at 3.00
+    waves = sum(3 if s % 2 else 4 for s in range(slots)) / slots
+    assert "idle" not in bars and f"{waves:.2f} waves, makespan 3.00" in fig.axes[0].get_title()
     assert_not_blank(fig)
 
 
@@ -195,46 +197,47 @@ def test_wave_occupancy_rejects(work, slots):
         plots.wave_occupancy(work, slots=slots)
 
 
-def timeline_frame(rng, ctas=6, rows=3):
-    """Rows of a traced launch as trace_frame returns them, with random phase lengths."""
-    records = []
-    for cta in range(ctas):
-        t = rng.uniform(0, 0.3)
-        entry = t
-        for seq in range(rows):
-            start = t + rng.uniform(0.1, 0.4)
-            data = start + rng.uniform(0.0, 2.0)
-            mma_done = data + rng.uniform(30, 45)
-            stored = mma_done + rng.uniform(0.1, 2.0)
-            records.append(dict(cta=cta, cluster=cta // 2, seq=seq, row=cta + 6 * seq, entry=entry, start=start,
-                                data=data, mma_done=mma_done, stored=stored))
-            t = stored
-        for r in records[-rows:]:
-            r["exit"] = t + 0.2
-    return pd.DataFrame(records)
+def test_distinct_colours_never_repeat():
+    for n in (1, 9, 10, 11, 13, 20, 21, 40):
+        colours = [matplotlib.colors.to_hex(c) for c in plots.distinct_colours(n)]
+        assert len(colours) == n == len(set(colours)), n
 
 
-def test_cta_timeline_draws_every_phase_of_every_row(rng):
-    frame = timeline_frame(rng)
-    fig = plots.cta_timeline(frame, title="t", source="synthetic")
+def test_grouped_bars_give_every_column_its_own_colour(rng):
+    n = rng.randint(11, 16)                               # more than tab10 has: the defect this guards against
+    frame = pd.DataFrame({f"variant {i}": [rng.uniform(100, 900) for _ in range(3)] for i in range(n)},
+                         index=["4096³", "8192³", "16384³"])
+    fig = plots.grouped_bars(frame, title="t", source="s", ylabel="TFLOP/s", reference=(989.0, "peak"))
     ax = fig.axes[0]
-    bars = [c for c in ax.collections]                    # one broken_barh per (phase, CTA)
-    assert len(bars) == len(plots.TIMELINE_PHASES) * frame.cta.nunique()
-    assert sum(len(b.get_paths()) for b in bars) == len(plots.TIMELINE_PHASES) * len(frame)
-    assert [t.get_text() for t in ax.get_legend().get_texts()] == [p[2] for p in plots.TIMELINE_PHASES]
-    assert f"{frame.exit.max():.1f} µs" in ax.get_title()
-    assert caption(ax) == "Source: synthetic"
-    assert ax.get_ylim()[0] > ax.get_ylim()[1]             # CTA 0 on top
+    colours = {}
+    for container in ax.containers:
+        assert len(container.patches) == 3
+        colours[container.get_label()] = {matplotlib.colors.to_hex(p.get_facecolor()) for p in container.patches}
+    assert list(colours) == list(frame.columns)
+    assert all(len(c) == 1 for c in colours.values()) and len(set.union(*colours.values())) == n
+    assert [p.get_height() for p in ax.containers[0].patches] == pytest.approx(frame.iloc[:, 0].tolist())
+    assert any(list(line.get_ydata()) == [989.0, 989.0] for line in ax.lines)
+    assert caption(ax) == "Source: s"
     assert_not_blank(fig)
+    inside = plots.grouped_bars(frame.iloc[:, :3], title="t", source="s", ylabel="y", legend="inside").axes[0]
+    assert inside.get_legend()._loc == 2 and inside.get_ylim()[1] > 1.2 * frame.iloc[:, :3].max(axis=None)
+    with pytest.raises(ValueError, match="non-empty"):
+        plots.grouped_bars(pd.DataFrame(), title="t", source="s", ylabel="y")
 
 
-def test_cta_timeline_window_and_rejects(rng):
-    frame = timeline_frame(rng)
-    fig = plots.cta_timeline(frame, source="synthetic", window=(30, 50))
-    assert fig.axes[0].get_xlim() == (30, 50)
-    with pytest.raises(ValueError, match="source"):
-        plots.cta_timeline(frame, source="")
-    with pytest.raises(ValueError, match="lacks columns"):
-        plots.cta_timeline(frame.drop(columns="mma_done"), source="synthetic")
-    with pytest.raises(ValueError, match="no rows"):
-        plots.cta_timeline(frame.iloc[:0], source="synthetic")
+def test_dumbbells_share_a_log_time_axis(rng):
+    labels = [f"shape {i}" for i in range(rng.randint(2, 13))]
+    a = [rng.uniform(0.04, 4) for _ in labels]
+    b = [rng.uniform(0.04, 4) for _ in labels]
+    fig, (left, right) = plt.subplots(1, 2, sharex=True, sharey=True)
+    plots.dumbbell(labels, {"x": a, "y": b}, ax=left, title="B200", source="s1")
+    plots.dumbbell(labels, {"x": [v * 10 for v in a], "y": [float("nan")] * len(labels)}, ax=right,
+                   title="H200", source="s2")
+    assert left.get_xscale() == "log" and left.get_xlim() == right.get_xlim()
+    assert right.get_xlim()[1] >= 10 * max(a)               # the shared axis holds both panels' values
+    assert [list(c.get_offsets()[:, 0]) for c in left.collections[1:]] == [pytest.approx(a), pytest.approx(b)]
+    assert caption(left) == "Source: s1" and caption(right) == "Source: s2"
+    with pytest.raises(ValueError, match="one value per label"):
+        plots.dumbbell(labels, {"x": a[:-1]}, title="t", source="s")
+    with pytest.raises(ValueError, match="positive"):
+        plots.dumbbell(labels, {"x": [0.0] * len(labels)}, title="t", source="s")

@@ -18,8 +18,8 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 
 from workbook import sass  # noqa: E402
-from workbook.primer import (draw, exercises, hello, layouts, pipeline, source, tcgen05_tile,  # noqa: E402
-                             tma_copy, trace_time, wgmma_tile)
+from workbook.primer import (draw, exercises, layouts, pipeline, source, tcgen05_tile,  # noqa: E402
+                             tma_copy, trace_time, vector_add, wgmma_tile)
 
 CAPABILITY = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
 gpu = pytest.mark.gpu
@@ -42,8 +42,8 @@ def count(art: sass.Artifacts, prefix: str) -> int:
 # ------------------------------------------------------------------ CPU: each kernel's SASS
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_100a"])
-def test_hello_is_two_loads_an_add_and_a_store(arch):
-    h = sass.histogram(hello.compile(arch).sass, base=True)
+def test_vector_add_is_two_loads_an_add_and_a_store(arch):
+    h = sass.histogram(vector_add.compile(arch).sass, base=True)
     assert (h["LDG"], h["FADD"], h["STG"]) == (2, 1, 1), h
 
 
@@ -263,7 +263,7 @@ def test_run_functions_refuse_what_the_kernels_cannot_take():
     with pytest.raises(ValueError, match="CUDA"):
         layouts.scale(torch.zeros(4, 4), 2.0)
     with pytest.raises(TypeError, match="torch.Tensor"):
-        hello.add([1.0], [2.0])
+        vector_add.add([1.0], [2.0])
     with pytest.raises(ValueError, match="at least one coefficient"):
         trace_time.polyval(torch.zeros(4), ())
     with pytest.raises(ValueError, match="K must be one of"):
@@ -283,11 +283,11 @@ def _generator():
 @gpu
 @needs_sm90_or_sm100
 @pytest.mark.parametrize("n", [1, 127, 128, 129, 100_003])
-def test_hello_adds(n):
+def test_vector_add_adds(n):
     g = _generator()
     a, b = torch.randn(n, device="cuda", generator=g), torch.randn(n, device="cuda", generator=g)
     out = torch.full_like(a, float("nan"))
-    torch.testing.assert_close(hello.add(a, b, out=out), a + b, rtol=0, atol=0, msg=f"seed {SEED}")
+    torch.testing.assert_close(vector_add.add(a, b, out=out), a + b, rtol=0, atol=0, msg=f"seed {SEED}")
 
 
 @gpu

@@ -12,6 +12,7 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor
 
 from workbook import sass
+from workbook.primer.vector_add import vector_add
 
 # a fresh length per session; the assertions that depend on it print it when they fail
 LENGTH = random.randint(1, 5000)
@@ -25,7 +26,7 @@ def compiled(arch: str, fake: bool = False) -> sass.Artifacts:
         args = [make_fake_compact_tensor(cutlass.Float32, (n,)) for _ in range(3)]
     else:
         args = [from_dlpack(torch.randn(LENGTH)) for _ in range(3)]
-    return sass.compile_for(sass.vector_add, *args, arch=arch)
+    return sass.compile_for(vector_add, *args, arch=arch)
 
 
 def _instruction_lines(text: str) -> list[str]:
@@ -68,13 +69,13 @@ def test_static_length_is_baked_into_the_bounds_check():
 
 
 def test_sm_120a_compiles_simple_kernels():
-    art = sass.compile_for(sass.vector_add, *[from_dlpack(torch.zeros(64)) for _ in range(3)], arch="sm_120a")
+    art = sass.compile_for(vector_add, *[from_dlpack(torch.zeros(64)) for _ in range(3)], arch="sm_120a")
     assert ".target sm_120a" in art.ptx and sass.histogram(art.sass, base=True)["STG"] == 1
 
 
 def test_dump_dir_keeps_the_files(tmp_path):
     target = tmp_path / "new" / "dir"  # created by compile_for
-    art = sass.compile_for(sass.vector_add, *[from_dlpack(torch.zeros(32)) for _ in range(3)],
+    art = sass.compile_for(vector_add, *[from_dlpack(torch.zeros(32)) for _ in range(3)],
                            arch="sm_100a", dump_dir=target)
     assert art.dump_dir == target
     (ptx,) = target.glob("*.sm_100a.ptx")
@@ -85,13 +86,13 @@ def test_dump_dir_keeps_the_files(tmp_path):
 @pytest.mark.parametrize("arch", ["sm_90", "sm_80", "sm_100", "", "hopper"])
 def test_unsupported_arch_is_named_with_the_choices(arch):
     with pytest.raises(ValueError, match=r"sm_90a, sm_100a, sm_120a"):
-        sass.compile_for(sass.vector_add, arch=arch)
+        sass.compile_for(vector_add, arch=arch)
 
 
 @pytest.mark.parametrize("option", ["--gpu-arch sm_80", "--dump-dir /tmp", "--keep-ptx"])
 def test_reserved_options_are_refused(option):
     with pytest.raises(ValueError, match=option.split()[0]):
-        sass.compile_for(sass.vector_add, arch="sm_90a", options=option)
+        sass.compile_for(vector_add, arch="sm_90a", options=option)
 
 
 def test_disassemble_refuses_what_is_not_a_cubin():
@@ -186,7 +187,7 @@ def test_compiled_callable_runs_on_the_gpu():
     a, b = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
     out = torch.full((n,), float("nan"), device="cuda")
     args = [from_dlpack(t) for t in (a, b, out)]
-    art = sass.compile_for(sass.vector_add, *args, arch=_gpu_arch())
+    art = sass.compile_for(vector_add, *args, arch=_gpu_arch())
     art.compiled(*args)
     torch.cuda.synchronize()
     assert torch.equal(out, a + b), f"n={n}"

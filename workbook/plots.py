@@ -1,13 +1,14 @@
 """The figures of the workbook, each one function that returns a matplotlib Figure.
 
-    latency_vs_shape(df, x="K", hue="variant", source="data/measured/h200/kmeans_assign.csv")
-    speedup_bars(labels, pcts, geomean_pct=7.77, title="PR #22 vs main", source="seed 000, B200")
+    latency_vs_shape(df, x="K", hue="variant", source="data/measured/h200/<table>.csv")
+    speedup_bars(labels, pcts, geomean_pct=7.77, title="PR vs main", source="data/pr/<table>.csv, their B200")
     wave_occupancy(256, slots=74, slot_label="CTA pair")                   # equal tiles, round-robin
     wave_occupancy([[(0, 1, "256 wide"), (1, 0.75, "192 wide")], ...])      # a Gantt chart per slot
-    cta_timeline(frame, source="data/measured/h200/probes/...csv")          # a measured launch, CTA by CTA
+    dumbbell(labels, {"before": ms0, "after": ms1}, source=...)            # one row per case, a marker per series
+    grouped_bars(frame, source=...)                                          # rows = groups, columns = bars
 
 Every figure carries its data source in a small grey caption under the axes, so that a picture
-copied out of a notebook still says which machine and file (or seed) its numbers came from.
+copied out of a notebook still says which machine and file (or publication) its numbers came from.
 Each function draws into `ax` if given (to compose panels) or into a new figure, and works on a
 headless machine (the Agg backend). Nothing here knows what the numbers measure.
 """
@@ -35,7 +36,7 @@ AXIS_LABELS = {
 GAIN, LOSS, IDLE = "#2b7bba", "#c44e52", "#9a9a9a"
 
 
-def _figure(ax, size: tuple[float, float]) -> tuple[Figure, Any]:
+def new_axes(ax, size: tuple[float, float]) -> tuple[Figure, Any]:
     if ax is None:
         fig, ax = plt.subplots(figsize=size, layout="constrained")
         return fig, ax
@@ -55,10 +56,10 @@ def caption(ax, source: str, *, below: float = 4) -> None:
 
 
 
-def _require_source(source: Any) -> str:
+def require_source(source: Any) -> str:
     if not isinstance(source, str) or not source.strip():
         raise ValueError("source= must say where the numbers come from, e.g. "
-                         "'data/measured/h200/kmeans_assign.csv' or 'seed 000, B200'")
+                         "'data/measured/h200/<table>.csv' or 'data/pr/<table>.csv, the PR author's B200'")
     return source
 
 
@@ -78,7 +79,7 @@ def latency_vs_shape(df: pd.DataFrame, x: str, y: str = "ms_median", hue: str | 
 
     Axes go logarithmic by default when their values span a factor of 10 or more. A non-numeric `x`
     (e.g. a shape label "65536x128x4096") is drawn as evenly spaced categories in order of appearance."""
-    _require_source(source)
+    require_source(source)
     hues = [hue] if isinstance(hue, str) else list(hue)
     if not isinstance(df, pd.DataFrame) or df.empty:
         raise ValueError("latency_vs_shape needs a non-empty DataFrame")
@@ -86,7 +87,7 @@ def latency_vs_shape(df: pd.DataFrame, x: str, y: str = "ms_median", hue: str | 
     if missing:
         raise ValueError(f"column(s) {missing} not in the frame; it has {list(df.columns)}")
 
-    fig, ax = _figure(ax, (7.0, 4.2))
+    fig, ax = new_axes(ax, (7.0, 4.2))
     numeric_x = pd.api.types.is_numeric_dtype(df[x])
     categories = list(dict.fromkeys(df[x])) if not numeric_x else []
     position = {c: i for i, c in enumerate(categories)}
@@ -125,7 +126,7 @@ def speedup_bars(labels: Sequence[str], speedups_pct: Sequence[float], *, geomea
     """One bar per case (positive: faster, in blue; negative: slower, in red), its value printed on top,
     and a dashed horizontal line at the geometric-mean speedup, labelled. `geomean_pct=None` computes
     it from the bars (`workbook.timing.geomean_speedup_pct`); pass the stated value to show that one."""
-    _require_source(source)
+    require_source(source)
     labels = [str(v) for v in labels]
     values = list(speedups_pct)
     if not values or len(labels) != len(values):
@@ -135,7 +136,7 @@ def speedup_bars(labels: Sequence[str], speedups_pct: Sequence[float], *, geomea
         raise ValueError(f"speedups must be finite numbers (percent), got {values}")
     g = geomean_speedup_pct(values) if geomean_pct is None else float(geomean_pct)
 
-    fig, ax = _figure(ax, (max(6.0, 0.55 * len(values) + 2.0), 4.2))
+    fig, ax = new_axes(ax, (max(6.0, 0.55 * len(values) + 2.0), 4.2))
     colors = [GAIN if v >= 0 else LOSS for v in values]
     bars = ax.bar(range(len(values)), values, color=colors, width=0.7)
     ax.bar_label(bars, labels=[f"{v:+.1f}" for v in values], padding=2, fontsize="x-small")
@@ -203,8 +204,9 @@ def _schedule(work: Any, slots: int | None) -> list[list[tuple[float, float, str
 
 def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str | None = None,
                    source: str = "schedule computed in Python (not a measurement)", slot_label: str = "SM",
-                   time_label: str = "time (waves)") -> Figure:
-    """Which slot (SM, CTA pair) is busy when: x is the slot, y is time in waves, downward.
+                   time_label: str = "time (1 = one full item)") -> Figure:
+    """Which slot (SM, CTA pair) is busy when: x is the slot, y is time downward, in units of one full-size
+    item's run time.
 
     `work` is one of
       * an int: that many equal work items, item j on slot j % slots in wave j // slots (needs `slots`);
@@ -212,14 +214,15 @@ def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str |
       * a list, one per slot, of (start, duration[, label]) tuples in wave units: a Gantt chart, so a
         tile 192 wide next to 256-wide ones can be drawn 0.75 long. Items of one label share a colour.
     Busy time is filled; idle time up to the last slot's finish is hatched grey. The title line reports
-    the waves, and the fraction of slot-time that is busy."""
+    the waves (items per slot: 3.46 is three full waves and a last one 46 % full), the makespan (when the
+    last slot finishes: 4.00 for those 3.46 waves of equal items) and the fraction of slot-time that is busy."""
     schedule = _schedule(work, slots)
     n_slots = len(schedule)
     makespan = max(st + d for row in schedule for st, d, _ in row)
     busy = sum(d for row in schedule for _, d, _ in row)
     n_items = sum(len(row) for row in schedule)
 
-    fig, ax = _figure(ax, (min(14.0, max(6.0, 0.09 * n_slots + 4.0)), 3.8))
+    fig, ax = new_axes(ax, (min(14.0, max(6.0, 0.09 * n_slots + 4.0)), 3.8))
     width = 0.8 if n_slots <= 40 else 0.9
     by_label: dict[str, list[tuple[int, float, float]]] = {}
     for s, row in enumerate(schedule):
@@ -253,53 +256,81 @@ def wave_occupancy(work: Any, *, slots: int | None = None, ax=None, title: str |
         ax.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=16))
     ax.set_xlabel(f"{slot_label} index")
     ax.set_ylabel(time_label)
-    summary = (f"{n_items} work items on {n_slots} {slot_label}s: {makespan:.2f} waves, "
-               f"{slot_label}s busy {busy / (n_slots * makespan):.1%} of the time")
+    summary = (f"{n_items} work items on {n_slots} {slot_label}s = {n_items / n_slots:.2f} waves, makespan "
+               f"{makespan:.2f}; {slot_label}s busy {busy / (n_slots * makespan):.1%} of the time")
     ax.set_title(f"{title}\n{summary}" if title else summary, fontsize="medium")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
     caption(ax, source)
     return fig
 
 
-TIMELINE_PHASES = (   # (from column, to column, label, colour) of a `gemm_kernels.hopper.trace_frame`
-    ("start", "data", "waiting for the first K-block", IDLE),
-    ("data", "mma_done", "K loop (WGMMA)", GAIN),
-    ("mma_done", "stored", "epilogue", LOSS),
-)
+def distinct_colours(n: int) -> list:
+    """`n` colours no two alike: matplotlib's tab10 up to 10, tab20 up to 20, then evenly spaced hues."""
+    if n <= 10:
+        return list(plt.get_cmap("tab10").colors[:n])
+    if n <= 20:
+        return list(plt.get_cmap("tab20").colors[:n])
+    return [plt.get_cmap("hsv")(i / n) for i in range(n)]
 
 
-def cta_timeline(frame: pd.DataFrame, *, ax=None, title: str | None = None, source: str,
-                 window: tuple[float, float] | None = None) -> Figure:
-    """A measured launch, CTA by CTA: x is time in microseconds from the first CTA's start, y the CTA. Each
-    row of `frame` (one work row a CTA ran: the columns of `gemm_kernels.hopper.trace_frame`) is drawn as its
-    phases, `TIMELINE_PHASES`; what is not drawn is time between rows, before the first and after the last.
-    `window` zooms to (t0, t1) microseconds."""
-    _require_source(source)
-    need = {"cta", "exit", *(c for a, b, _, _ in TIMELINE_PHASES for c in (a, b))}
-    missing = need - set(frame.columns)
-    if missing:
-        raise ValueError(f"frame lacks columns {sorted(missing)}: pass gemm_kernels.hopper.trace_frame's output")
-    if frame.empty:
-        raise ValueError("frame has no rows")
-    n = int(frame.cta.max()) + 1
-    fig, ax = _figure(ax, (11.0, 3.8))
-    height = 0.9 if n <= 40 else 1.0          # many CTAs: bars touch (thin gaps only alias into stripes)
-    for a, b, label, colour in TIMELINE_PHASES:
-        for cta, g in frame.groupby("cta"):
-            spans = [(x0, x1 - x0) for x0, x1 in zip(g[a], g[b]) if x1 > x0]
-            if spans:
-                ax.broken_barh(spans, (cta - height / 2, height), color=colour, linewidth=0)
-        ax.bar(0, 0, color=colour, label=label)        # a legend entry per phase
-    makespan = frame.exit.max()
-    ax.axvline(makespan, color="k", lw=0.8, ls=":")
-    ax.set_xlim(*(window or (0, makespan * 1.01)))
-    ax.set_ylim(n - 0.5, -0.5)
-    ax.set_xlabel("time since the first CTA started (µs)")
-    ax.set_ylabel("CTA")
-    epilogue = (frame.stored - frame.mma_done).median()
-    summary = f"{n} CTAs, {len(frame)} rows; done at {makespan:.1f} µs; epilogue {epilogue:.2f} µs (median)"
-    ax.set_title(f"{title}\n{summary}" if title else summary, fontsize="medium")
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+def dumbbell(labels: Sequence[str], series: dict[str, Sequence[float]], *, ax=None, title: str, source: str,
+             xlabel: str = "median latency (ms, log scale)") -> Figure:
+    """One row per case; each named series a marker, joined by a grey line from the smallest to the largest
+    value of the row. The x axis is logarithmic (cases often span a factor of 40 in time); NaN values are
+    left out. Pass `ax` of a figure made with `sharex=True` to compare panels on one time axis."""
+    require_source(source)
+    labels = [str(v) for v in labels]
+    if not labels or not series or any(len(v) != len(labels) for v in series.values()):
+        raise ValueError(f"need one value per label in every series; got {len(labels)} labels and series of "
+                         f"lengths {[len(v) for v in series.values()]}")
+    values = pd.DataFrame({name: pd.to_numeric(pd.Series(list(v)), errors="raise") for name, v in series.items()})
+    if (values <= 0).any(axis=None):
+        raise ValueError("dumbbell values must be positive (a log axis)")
+    fig, ax = new_axes(ax, (8.0, 0.35 * len(labels) + 1.8))
+    y = list(range(len(labels)))
+    ax.hlines(y, values.min(axis=1), values.max(axis=1), color="0.75", lw=3, zorder=1)
+    for (name, v), marker, colour in zip(values.items(), "o^sDvP", distinct_colours(len(values.columns))):
+        ax.scatter(v, y, label=name, marker=marker, s=36, zorder=2, color=colour)
+    ax.set_yticks(y, labels, fontsize="x-small")
+    ax.set_ylim(len(labels) - 0.5, -0.5)
+    ax.set_xscale("log")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: f"{v:g}" if f"{v:g}"[-1] in "25" else ""))
+    ax.set_xlabel(xlabel)
+    ax.grid(True, axis="x", which="both", alpha=0.3)
+    ax.legend(fontsize="small", loc="best", frameon=True)
+    ax.set_title(title, fontsize="medium")
     caption(ax, source)
     return fig
 
+
+def grouped_bars(frame: pd.DataFrame, *, ax=None, title: str, source: str, ylabel: str, xlabel: str = "",
+                 fmt: str = "%.0f", reference: tuple[float, str] | None = None, legend: str = "right") -> Figure:
+    """One group of bars per row of `frame` (its index labels the group), one bar per column, each column its
+    own colour (`distinct_colours`: no colour repeats, however many columns), its value printed on top
+    (upright beside many bars). `reference=(value, label)` adds a dashed horizontal line, e.g. a datasheet
+    peak. `legend`: "right" of the axes or "inside" them (upper left)."""
+    require_source(source)
+    if not isinstance(frame, pd.DataFrame) or frame.empty:
+        raise ValueError("grouped_bars needs a non-empty DataFrame: rows are groups, columns are bars")
+    n = len(frame.columns)
+    fig, ax = new_axes(ax, (max(7.0, 0.35 * n * len(frame) + 3.0), 4.4))
+    width = 0.8 / n
+    for i, (name, colour) in enumerate(zip(frame.columns, distinct_colours(n))):
+        xs = [g + (i - (n - 1) / 2) * width for g in range(len(frame))]
+        bars = ax.bar(xs, frame[name].to_numpy(dtype=float), width, label=str(name), color=colour)
+        ax.bar_label(bars, fmt=fmt, fontsize="xx-small", padding=1, rotation=90 if n > 5 else 0)
+    if reference is not None:
+        ax.axhline(reference[0], color="k", ls="--", lw=1, label=reference[1])
+    ax.set_xticks(range(len(frame)), [str(v) for v in frame.index])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize="medium")
+    ax.grid(True, axis="y", alpha=0.3)
+    if legend == "inside":
+        ax.set_ylim(top=ax.get_ylim()[1] * 1.25)          # room above the bars
+        ax.legend(fontsize="x-small", loc="upper left", frameon=False, ncols=2)
+    else:
+        ax.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1, 1), frameon=False)
+    caption(ax, source)
+    return fig

@@ -21,6 +21,7 @@ import argparse
 import base64
 import html
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -77,12 +78,12 @@ def figures(nb: nbformat.NotebookNode) -> list[bytes]:
 
 
 def title(nb: nbformat.NotebookNode, fallback: str) -> str:
-    """The notebook's first markdown heading."""
+    """The notebook's first markdown heading, as text (its emphasis and code marks dropped)."""
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("#"):
-                    return line.lstrip("# ").strip()
+                    return re.sub(r"[*`]", "", line.lstrip("# ")).strip()
     return fallback
 
 

@@ -1,6 +1,6 @@
 """Compile CuTe DSL kernels for a GPU you do not have, and read the machine code they become.
 
-    art = compile_for(vector_add, a, b, out, arch="sm_100a")   # no GPU, no driver needed
+    art = compile_for(kernel, a, b, out, arch="sm_100a")       # any @cute.jit function; no GPU, no driver needed
     art.ptx                         # the PTX the DSL emitted (virtual ISA)
     art.sass                        # the SASS ptxas made of it (the real ISA), via nvdisasm
     histogram(art.sass)             # Counter({'LDG.E': 2, 'STG.E': 1, ...})
@@ -11,8 +11,7 @@
 `cutlass.cute.runtime.from_dlpack`, or fake tensors from `cutlass.cute.runtime.make_fake_compact_tensor`
 (shapes only, no memory at all). SASS comes from `nvdisasm`, shipped on PyPI as `nvidia-cuda-nvdisasm`.
 
-`vector_add` at the bottom is the smallest complete kernel, kept here as the demo and the test subject:
-CuTe DSL compiles only functions whose source lives in a file.
+The smallest kernel to try it on is `workbook.primer.vector_add.vector_add`.
 """
 from __future__ import annotations
 
@@ -250,26 +249,3 @@ def histogram(sass: str, base: bool = False) -> Counter:
     Counts every instruction in the text, including the NOP padding at the end of each function.
     """
     return Counter(ins.base if base else ins.opcode for ins in instructions(sass))
-
-
-# ---------------------------------------------------------------------------------------------------
-# The demo kernel: out[i] = a[i] + b[i], one element per thread.
-
-VECTOR_ADD_THREADS = 128
-
-
-@cute.kernel
-def _vector_add_kernel(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor):
-    tidx, _, _ = cute.arch.thread_idx()
-    bidx, _, _ = cute.arch.block_idx()
-    i = bidx * VECTOR_ADD_THREADS + tidx
-    if i < out.shape[0]:  # the last block may run past the end
-        out[i] = a[i] + b[i]
-
-
-@cute.jit
-def vector_add(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor):
-    """out = a + b for 1-D tensors of one dtype: the smallest kernel worth disassembling."""
-    n = out.shape[0]
-    blocks = (n + VECTOR_ADD_THREADS - 1) // VECTOR_ADD_THREADS
-    _vector_add_kernel(a, b, out).launch(grid=(blocks, 1, 1), block=(VECTOR_ADD_THREADS, 1, 1))

@@ -23,7 +23,7 @@ import torch
 from IPython.display import display
 
 from workbook import gpus, plots, records, sass
-from workbook.primer import exercises, hello, source
+from workbook.primer import exercises, source, vector_add
 
 print(gpus.describe())
 here = gpus.current()
@@ -55,24 +55,24 @@ with pd.option_context("display.max_colwidth", None):
 #
 # A CuTe DSL program has two halves. The `@cute.kernel` function is **device code**: every thread runs it once.
 # The `@cute.jit` function is **host code**: it picks the grid (one block of 128 threads per 128 elements) and
-# launches. Both live in `workbook/primer/hello.py`, because CuTe DSL compiles only functions whose source is in
+# launches (on the caller's stream if given one: `const_expr` decides that while Python traces, notebook 01). Both live in `workbook/primer/vector_add.py`, because CuTe DSL compiles only functions whose source is in
 # a file. (Notebooks 01 and 02 are a primer of the DSL built from such small lessons.)
 
 # %%
-print(source.excerpt(hello.vector_add_kernel), end="\n\n")
-source.excerpt(hello.vector_add)
+print(source.excerpt(vector_add.vector_add_kernel), end="\n\n")
+source.excerpt(vector_add.vector_add)
 
 # %% [markdown]
 # ## Compiling for a GPU that is not here
 #
-# `cute.compile` needs to know what the kernel will be called with, not the data: `hello.compile` hands it
+# `cute.compile` needs to know what the kernel will be called with, not the data: `vector_add.compile` hands it
 # *fake tensors* (a dtype and a shape, no memory), the length a runtime symbol. `workbook.sass.compile_for` adds
 # `--gpu-arch`, keeps the PTX (a virtual instruction set, what the DSL emits) and the cubin (the binary `ptxas`
 # made of it), and disassembles the cubin into SASS with `nvdisasm`.
 
 # %%
 ARCHS = ("sm_90a", "sm_100a")
-art = {arch: hello.compile(arch) for arch in ARCHS}
+art = {arch: vector_add.compile(arch) for arch in ARCHS}
 for arch, a in art.items():
     print(f"{arch}: {len(a.ptx.splitlines())} lines of PTX, a {len(a.cubin):,}-byte cubin, "
           f"{len(sass.instructions(a.sass))} SASS instructions")
@@ -113,7 +113,7 @@ assert all(counts.loc[op].tolist() == [n, n] for op, n in (("LDG", 2), ("FADD", 
 if here is not None and here.arch in ARCHS:
     a, b = torch.randn(100_003, device="cuda"), torch.randn(100_003, device="cuda")
     out = torch.full_like(a, float("nan"))
-    torch.testing.assert_close(hello.add(a, b, out=out), a + b, rtol=0, atol=0)
+    torch.testing.assert_close(vector_add.add(a, b, out=out), a + b, rtol=0, atol=0)
     print(f"ran on {here.name}: out == a + b for all {len(a):,} elements")
 else:
     print("No Hopper or Blackwell GPU here: compiled and read, not run. On one, this cell launches it and checks it.")
@@ -174,8 +174,8 @@ print(f"torch.matmul's latency moved {spread:.0f} % between rounds; back to back
 #
 # ## Exercise
 #
-# `hello.compile("sm_90a")` compares `i` with a runtime length (`ISETP.GE.AND P0, PT, R9, UR4`). Compiled for
-# one length only, `hello.compile("sm_90a", n=1000)`, the length becomes a constant in the instruction. Predict
+# `vector_add.compile("sm_90a")` compares `i` with a runtime length (`ISETP.GE.AND P0, PT, R9, UR4`). Compiled for
+# one length only, `vector_add.compile("sm_90a", n=1000)`, the length becomes a constant in the instruction. Predict
 # the constant, in decimal, before you compile it; replace `None` with your answer.
 
 # %%

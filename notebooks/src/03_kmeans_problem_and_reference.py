@@ -29,7 +29,8 @@ import torch
 from IPython.display import display
 
 from kmeans_kernels import reference
-from workbook import gpus, plots, pr
+from kmeans_kernels import seeds
+from workbook import gpus, plots
 from workbook.primer import exercises
 
 print(gpus.describe())
@@ -244,7 +245,7 @@ def floor_us(n: int, d: int, k: int) -> dict:
     return {**terms, "floor": terms[bound], "bound by": bound}
 
 
-shapes = pr.nightly_table()
+shapes = seeds.nightly_table()
 work = pd.DataFrame([{"N": int(r.N), "D": int(r.D), "K": int(r.K), **floor_us(int(r.N), int(r.D), int(r.K))}
                      for r in shapes.itertuples()])
 us = {c: "{:,.1f}" for c in ("tensor cores", "CUDA cores (argmin)", "DRAM", "floor")}
@@ -252,7 +253,7 @@ print("microseconds on the H200:")
 display(work.style.hide(axis="index").format({"N": "{:,}", "K": "{:,}", **us}))
 
 # %%
-labels, pos = pr.shape_labels(work), np.arange(len(work))
+labels, pos = seeds.shape_labels(work), np.arange(len(work))
 fig, ax = plt.subplots(figsize=(12, 4.6), layout="constrained")
 for term, marker, color in (("tensor cores", "o", "#2b7bba"), ("CUDA cores (argmin)", "s", "#55a868"),
                             ("DRAM", "^", "#9a9a9a")):

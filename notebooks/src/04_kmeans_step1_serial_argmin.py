@@ -30,7 +30,8 @@ import torch
 from IPython.display import Markdown, display
 
 from kmeans_kernels import hopper, reduce, reference, sass_checks
-from workbook import gpus, plots, pr, records
+from kmeans_kernels import seeds as pr
+from workbook import gpus, plots, records
 from workbook import sass as sass_tools
 
 print(gpus.describe())

@@ -24,7 +24,8 @@ import torch
 from IPython.display import Markdown, display
 
 from kmeans_kernels import hopper, reduce, reference, sass_checks
-from workbook import gpus, plots, pr, records
+from kmeans_kernels import seeds as pr
+from workbook import gpus, plots, records
 
 print(gpus.describe())
 

@@ -33,7 +33,8 @@ import torch
 from IPython.display import Markdown, display
 
 from kmeans_kernels import hopper, reduce, reference, sass_checks
-from workbook import gpus, plots, pr, records, timing
+from kmeans_kernels import seeds as pr
+from workbook import gpus, plots, records, timing
 from workbook import sass as sass_tools
 
 print(gpus.describe())

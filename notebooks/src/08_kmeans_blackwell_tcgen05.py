@@ -23,8 +23,8 @@ import pandas as pd
 from IPython.display import display
 
 import kmeans_kernels
-from kmeans_kernels import blackwell, sass_checks
-from workbook import gpus, plots, pr
+from kmeans_kernels import blackwell, sass_checks, seeds
+from workbook import gpus, plots
 from workbook import sass as sass_tools
 from workbook.primer import draw, exercises, source, tcgen05_tile
 
@@ -166,16 +166,16 @@ print(f"\nserial: compare-select depth {table.loc['serial', 'compare-select dept
 # choice of path per D (ILP2 at D = 64 and 256, norm broadcast at D = 128) for the same reason.
 
 # %%
-main, nightly = pr.main_table(), pr.nightly_table()
+main, nightly = seeds.main_table(), seeds.nightly_table()
 fig, (vs_main, vs_nightly) = plt.subplots(2, 1, figsize=(12, 8.5), layout="constrained")
 for ax, frame, column, against in ((vs_main, main, "improvement_pct", "main"),
                                    (vs_nightly, nightly, "pr_faster_pct", "nightly")):
-    plots.speedup_bars(pr.shape_labels(frame), frame[column], ax=ax, xlabel="N x D x K",
+    plots.speedup_bars(seeds.shape_labels(frame), frame[column], ax=ax, xlabel="N x D x K",
                        title=f"flashlib PR #22 vs {against} on a B200 (measured by the PR author, not here)",
-                       source=f"data/pr/ (seed {pr.SEED_KMEANS}); not measured here")
+                       source=f"data/pr/ (seed {seeds.SEED_KMEANS}); not measured here")
     plt.setp(ax.get_xticklabels(), rotation=30, ha="right", fontsize="small")
 plt.show()
-print(pr.main_geomean_improvement())
+print(seeds.main_geomean_improvement())
 display(nightly[["N", "D", "K", "nightly_path", "pr_path", "nightly_ms", "pr_ms", "pr_faster_pct"]]
         .style.hide(axis="index").format({"N": "{:,}", "K": "{:,}", "nightly_ms": "{:.4f}", "pr_ms": "{:.4f}",
                                           "pr_faster_pct": "{:+.1f}"}))

@@ -28,7 +28,8 @@ import torch
 from IPython.display import Markdown, display
 
 from gemm_kernels import blackwell, hopper, stages
-from workbook import gpus, plots, pr, records
+from gemm_kernels import seeds as pr
+from workbook import gpus, plots, records
 from workbook import sass as sass_tools
 
 print(gpus.describe())

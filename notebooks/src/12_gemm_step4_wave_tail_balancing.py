@@ -33,8 +33,9 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from gemm_kernels import bench as gemm_bench
-from gemm_kernels import hopper, waves
-from workbook import explore, gpus, ncu, plots, pr, records
+from gemm_kernels import hopper, timeline_plot, waves
+from gemm_kernels import seeds as pr
+from workbook import explore, gpus, ncu, plots, records
 
 pd.set_option("display.width", 160)
 print(gpus.describe())
@@ -731,7 +732,7 @@ def timeline_source(shape, variant):
 
 
 plain = traced_launch("4096x4096x4096", "plain")
-plots.cta_timeline(plain, title="4096³, plain register epilogue", source=timeline_source("4096x4096x4096", "plain"))
+timeline_plot.cta_timeline(plain, title="4096³, plain register epilogue", source=timeline_source("4096x4096x4096", "plain"))
 plt.show()
 ends = plain[plain.seq == 0].mma_done
 print(f"row 1's last WGMMA finishes between {ends.min():.1f} and {ends.max():.1f} µs on all {len(ends)} CTAs; "
@@ -758,7 +759,7 @@ default = traced_launch("4096x4096x4096", "default")
 fig, axes = plt.subplots(1, 2, figsize=(13, 3.8), layout="constrained", sharey=True)
 for ax, (frame, name) in zip(axes, ((plain, "plain"), (default, "default"))):
     label = {"plain": "plain epilogue", "default": "deferred epilogue (the default)"}[name]
-    plots.cta_timeline(frame, ax=ax, title=f"4096³, {label}", window=(38, 50),
+    timeline_plot.cta_timeline(frame, ax=ax, title=f"4096³, {label}", window=(38, 50),
                        source=timeline_source("4096x4096x4096", name))
 axes[0].get_legend().remove()
 plt.show()

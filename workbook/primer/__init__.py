@@ -1,7 +1,7 @@
 """A CuTe DSL primer: one tiny, generic kernel per idea, each in its own module (CuTe DSL compiles only
 functions whose source is in a file).
 
-    hello        out = a + b, one element per thread: the whole path from Python to SASS once
+    vector_add   out = a + b, one element per thread: the whole path from Python to SASS once
     layouts      shape:stride, evaluated at trace time; a tiled copy (local_tile, a thread partition,
                  an identity tensor for the tail, a register fragment)
     trace_time   what runs while Python traces (const_expr, range_constexpr, print) and what runs on

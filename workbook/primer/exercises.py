@@ -1,7 +1,7 @@
 """Checkers for the primer's exercises: `check(name, answer)` says whether `answer` is right, computing the
 true answer from the lesson modules (so no answer is written down here), and gives a hint when it is not.
 
-    check("bound", answer)            # an int: the bounds check's immediate in hello compiled for length 1000
+    check("bound", answer)            # an int: the bounds check's immediate in vector_add compiled for length 1000
     check("offset", answer)           # an int: the offset of (3, 9) in (8,(4,4)):(4,(1,32))
     check("owner", answer)            # (thread, value): who holds element (41, 13) of a 64 x 16 WGMMA accumulator
     check("tx_bytes", answer)         # an int: the bytes wgmma_tile's barrier expects for K = 64, n_tile = 128
@@ -22,8 +22,8 @@ class Exercise:
 
 def _bound():
     from workbook import sass
-    from workbook.primer import hello
-    (check,) = [i for i in sass.instructions(hello.compile("sm_90a", n=1000).sass) if i.base == "ISETP"]
+    from workbook.primer import vector_add
+    (check,) = [i for i in sass.instructions(vector_add.compile("sm_90a", n=1000).sass) if i.base == "ISETP"]
     return int(next(op for op in check.operands if op.startswith("0x")), 16)
 
 
@@ -49,7 +49,7 @@ def _phase():
 
 
 EXERCISES = {
-    "bound": Exercise("the immediate (in decimal) of hello's bounds check compiled for length 1000", _bound,
+    "bound": Exercise("the immediate (in decimal) of vector_add's bounds check compiled for length 1000", _bound,
                       "with n known, `if i < n` becomes 'exit if i > something'; which something keeps i = n - 1?"),
     "offset": Exercise("the offset of coordinate (3, 9) in the layout (8,(4,4)):(4,(1,32))", _offset,
                        "offset = sum of coordinate x stride, mode by mode; a nested mode first splits its "

@@ -2,12 +2,15 @@
 
 A CuTe DSL program has two halves. The `@cute.kernel` function is device code: every thread runs it once.
 The `@cute.jit` function is host code: it decides the grid and launches the kernel. `compile` turns both
-into PTX and SASS with no GPU; `add` runs them on one.
+into PTX and SASS with no GPU; `add` runs them on one. (It is also the test subject of `workbook.sass`.)
+
+    art = workbook.sass.compile_for(vector_add, a, b, out, arch="sm_100a")   # no GPU needed
 """
 from __future__ import annotations
 
 import functools
 
+import cutlass
 import cutlass.cute as cute
 import torch
 
@@ -27,9 +30,14 @@ def vector_add_kernel(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor):
 
 
 @cute.jit
-def vector_add(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor, stream):
-    blocks = cute.ceil_div(out.shape[0], THREADS)
-    vector_add_kernel(a, b, out).launch(grid=(blocks, 1, 1), block=(THREADS, 1, 1), stream=stream)
+def vector_add(a: cute.Tensor, b: cute.Tensor, out: cute.Tensor, stream=None):
+    """out = a + b for 1-D tensors of one dtype, launched on `stream` (or on the default stream)."""
+    kernel = vector_add_kernel(a, b, out)
+    grid, block = (cute.ceil_div(out.shape[0], THREADS), 1, 1), (THREADS, 1, 1)
+    if cutlass.const_expr(stream is None):   # decided while tracing: called without a stream
+        kernel.launch(grid=grid, block=block)
+    else:
+        kernel.launch(grid=grid, block=block, stream=stream)
 
 
 @functools.lru_cache(maxsize=None)
@@ -59,5 +67,5 @@ def add(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> to
         raise ValueError(f"out must have shape {tuple(a.shape)}, got {tuple(out.shape)}")
     arch = _common.device_arch(a.device)
     args = [_common.runtime_tensor(t, align=4) for t in (a, b, out)] + [_common.stream(a.device)]
-    _common.compiled_for_device(("hello", a.dtype, arch), vector_add, *args, arch=arch)(*args)
+    _common.compiled_for_device(("vector_add", a.dtype, arch), vector_add, *args, arch=arch)(*args)
     return out

@@ -1,0 +1,483 @@
+"""k-means clustering (Lloyd's algorithm) built on the assignment kernel, on one device or across processes.
+
+    r = kmeans_kernels.fit(x, 4096)                          # x: bf16 or fp16 [N, D], CUDA or CPU
+    r.centroids, r.ids, r.inertia, r.iterations, r.converged
+    r = kmeans_kernels.fit(x_shard, 4096, group=pg)          # each rank holds a shard of the rows
+
+One Lloyd iteration assigns every point to its nearest centroid, then moves each centroid to the mean of its
+points. Here:
+
+* **Assignment**: `kmeans_kernels.assign` on CUDA (the variant resolved once for the whole data, so that
+  every rank and every iteration runs the same kernel), `kmeans_kernels.reference.assign` on the CPU; both
+  give the same ids on exact inputs. The centroids are kept in fp32; each iteration casts them to x's dtype
+  for the assignment and passes their norms (`c_sq`) to it.
+* **Update, deterministic by arithmetic**: every coordinate of x is turned once, at the start, into a 64-bit
+  fixed-point integer (x * 2^s, truncated toward zero, with s chosen from the largest |x| and N so that no
+  sum can overflow), and the per-cluster sums are integer `index_add_`s. Integer addition is associative,
+  so the order in which the GPU's atomics land cannot change a single bit: the same input gives the same
+  centroids run after run, and the all-reduce of integer sums is exact, so the sharded run equals the
+  single-process run bit for bit (given the same ids). Float atomics would round differently with every
+  arrival order; sorting the points by cluster and reducing segments in a fixed order would be deterministic
+  too, but it copies x in sorted order every iteration. The price here: 8 bytes per coordinate held for the
+  whole fit and read once per iteration (4x a bf16 x). Precision, with L = ceil(log2 N): the grid step is
+  at most 2^(L - 61) max|x|, so a bf16 value at least max|x| / 2^(55 - L) (fp16: / 2^(52 - L)) is exact,
+  a factor 2^35 (2^32) at N = 1M, and a smaller one is truncated toward zero to the grid. The mean is then
+  formed in float64 and rounded once to fp32, the same operations on CPU and GPU.
+* **Empty clusters keep their centroid** (no points, no move): deterministic, the same on every rank, and
+  the objective does not increase. It also means a centroid that starts far from every point stays unused;
+  scikit-learn instead moves an empty centroid onto a far point.
+* **Initialisation**: `"k-means++"` (default) runs k-means++ (Arthur & Vassilvitskii) on a seeded sample of
+  at most max(16 k, 8192) rows, drawn by global row index, so that any sharding sees the same sample; rank 0
+  computes and broadcasts. k-means++ adds one centre at a time, each pick weighted by the squared distance
+  to the centres before it, so every distance pass is a matrix-vector product against one new centre, which
+  a tensor-core GEMM kernel cannot tile; the pass uses the assignment's score, d^2 = ||x||^2 + 2 s with
+  s = 0.5 ||c||^2 - <x, c> and ||x||^2 computed once, in float64 (exact on exact inputs), and the running
+  sum that a pick draws from is taken in fixed point, so no scan order can move a pick: the same picks on
+  CPU and GPU, run after run. `"random"`: k distinct rows, uniformly, in row order. A tensor: the initial centroids
+  (rank 0's under a group).
+* **Convergence** as scikit-learn's Lloyd: stop when an assignment equals the previous one, or when the
+  squared centroid shift summed over centroids is at most `tol` times the mean per-feature variance of x,
+  then assign once more to the final centroids. `iterations` counts Lloyd iterations as scikit-learn's
+  `n_iter_` does, and on the same initial centroids the centroids, ids and final inertia agree with its
+  `KMeans(init=c0, n_init=1, algorithm="lloyd", max_iter=iters, tol=tol)` (see tests/test_fit.py).
+  `tol=None` runs exactly `iters` iterations with no convergence test, so the loop never waits for the GPU.
+* **Inertia** (sum of squared distances, float64) is computed per iteration from the cluster sums and counts,
+  O(K D) instead of a pass over x, around the data mean to avoid cancellation: entry i is the objective of
+  iteration i's assignment to the fp32 centroids it started from; `inertia[-1]` is that of the returned
+  centroids and ids. Ranked by bf16 centroids, a point on a near-tie may join the centroid that is not the
+  nearest of the fp32 ones, so the objective can rise by such round-off.
+
+Bad input raises ValueError naming it: x not bf16/fp16, not 2-D, not contiguous, not on CPU or CUDA, with a
+NaN or inf (the row is named); k < 1 or k > N; a bad init tensor, iters, tol or variant. Under a group every
+rank raises the same error. A point whose every score overflows fp32 (|x| or |c| beyond ~1e19) gets no
+centroid: fit raises rather than drop it.
+
+Distributed (`group=` a torch.distributed process group; NCCL with CUDA tensors, gloo with CPU tensors): rank r
+holds rows [offset_r, offset_r + N_r) of the global x, in rank order (shards may differ in size, each N_r >= 1);
+per-cluster sums and counts are all-reduced once per iteration; the result's `ids` are the rank's own rows,
+`centroids` and `inertia` are global and equal on every rank.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+import kmeans_kernels
+from kmeans_kernels import reference
+
+INIT_METHODS = ("k-means++", "random")
+FIT_DTYPES = (torch.bfloat16, torch.float16)
+SAMPLE_PER_CLUSTER = 16   # k-means++ runs on at most max(16 k, SAMPLE_MIN) rows of x
+SAMPLE_MIN = 8192
+FIXED_POINT_BITS = 62     # sums of N fixed-point values stay below 2^62 < 2^63
+_CHUNK_ELEMENTS = 1 << 22  # elements per chunk of the one-off float64 passes over x: 32 MiB
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """What `fit` found. `centroids` fp32 [k, D] and `ids` int32 [N] (this rank's rows) on x's device;
+    `inertia`: the objective at each iteration's assignment, then (unless the last iteration's assignment
+    did not change) at the final one, so `inertia[-1]` belongs to `centroids` and `ids`; `iterations`:
+    Lloyd iterations run; `converged`: the assignment stopped changing or the shift fell within tol (with
+    tol=None: the final assignment equals the last iteration's)."""
+    centroids: torch.Tensor
+    ids: torch.Tensor
+    inertia: tuple[float, ...]
+    iterations: int
+    converged: bool
+
+
+_timeline: list | None = None  # (label, CUDA event or perf_counter seconds) while `timeline()` is on
+
+
+@contextlib.contextmanager
+def timeline():
+    """Inside it, every `fit` appends (label, stamp) marks to the list it yields: "iteration" at the start of
+    each Lloyd iteration, "all_reduce" and "reduced" around its collective, "final" before the closing
+    assignment, "end" at the end. A stamp is a CUDA event recorded on the current stream for CUDA tensors
+    (nothing waits for it), else time.perf_counter(). `iteration_times` reads them. For the launcher."""
+    global _timeline
+    marks: list = []
+    _timeline, outer = marks, _timeline
+    try:
+        yield marks
+    finally:
+        _timeline = outer
+
+
+def _mark(label: str, device: torch.device) -> None:
+    if _timeline is None:
+        return
+    if device.type == "cuda":
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        _timeline.append((label, event))
+    else:
+        _timeline.append((label, time.perf_counter()))
+
+
+def iteration_times(marks: list) -> list[tuple[float, float]]:
+    """(ms of the iteration, ms of its all-reduce) for each Lloyd iteration of one fit's marks; the closing
+    assignment is not an iteration. Synchronises CUDA first."""
+    if any(not isinstance(stamp, float) for _, stamp in marks):
+        torch.cuda.synchronize()
+
+    def ms(a, b):
+        return (b - a) * 1e3 if isinstance(a, float) else a.elapsed_time(b)
+
+    out, start, reduce_ms, reduce_start = [], None, 0.0, None
+    for label, stamp in marks:
+        if label in ("iteration", "final", "end") and start is not None:
+            out.append((ms(start, stamp), reduce_ms))
+            start = None
+        if label == "iteration":
+            start, reduce_ms = stamp, 0.0
+        elif label == "all_reduce":
+            reduce_start = stamp
+        elif label == "reduced" and start is not None:
+            reduce_ms += ms(reduce_start, stamp)
+    return out
+
+
+class _Shards:
+    """Who holds which rows: this process alone (group=None) or the ranks of a process group."""
+
+    def __init__(self, group, n_local: int):
+        self.group = group
+        self.rank = 0 if group is None else dist.get_rank(group)
+        self.world = 1 if group is None else dist.get_world_size(group)
+        self.sizes = [n_local]
+        self.offset = 0
+
+    @property
+    def total(self) -> int:
+        return sum(self.sizes)
+
+    def set_sizes(self, sizes: list[int]) -> None:
+        self.sizes = sizes
+        self.offset = sum(sizes[:self.rank])
+
+    def all_reduce(self, t: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        if self.group is not None:
+            dist.all_reduce(t, op=op, group=self.group)
+        return t
+
+    def broadcast_from_first(self, t: torch.Tensor) -> torch.Tensor:
+        if self.group is not None:
+            dist.broadcast(t, src=dist.get_global_rank(self.group, 0), group=self.group)
+        return t
+
+    def all_gather(self, t: torch.Tensor) -> list[torch.Tensor]:
+        if self.group is None:
+            return [t]
+        parts = [torch.empty_like(t) for _ in range(self.world)]
+        dist.all_gather(parts, t, group=self.group)
+        return parts
+
+    def rows(self, x: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """fp32 rows of the global x at the sorted global row `index` (CPU int64), the same on every rank."""
+        lo, hi = self.offset, self.offset + x.shape[0]
+        mine = index[(index >= lo) & (index < hi)] - lo
+        local = x[mine.to(x.device)].float()
+        if self.group is None:
+            return local
+        # ranks hold consecutive row ranges in rank order, so their pieces concatenate into index order
+        bounds = torch.tensor([0, *self.sizes]).cumsum(0)
+        counts = [int(((index >= bounds[r]) & (index < bounds[r + 1])).sum()) for r in range(self.world)]
+        padded = torch.zeros(max(counts), x.shape[1], dtype=torch.float32, device=x.device)
+        padded[:local.shape[0]] = local
+        parts = self.all_gather(padded)
+        return torch.cat([p[:n] for p, n in zip(parts, counts)])
+
+
+def _comm_device(group) -> torch.device:
+    """Where the tensors of the checking collective live: a CUDA device for NCCL, else the CPU."""
+    if group is not None and dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _local_problem(x, k, iters, tol, init, variant, group) -> str | None:
+    """The first thing wrong with this rank's arguments, or None."""
+    if not isinstance(x, torch.Tensor):
+        return f"x must be a torch.Tensor, got {type(x).__name__}"
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        return f"x must be 2-D [N, D] with N, D >= 1; got shape {tuple(x.shape)}"
+    if x.dtype not in FIT_DTYPES:
+        return (f"fit takes bf16 or fp16 x (the assignment kernels' dtypes); got {x.dtype} "
+                f"(convert with x.to(torch.bfloat16))")
+    if x.device.type not in ("cpu", "cuda"):
+        return f"x must be on the CPU or a CUDA device; it is on {x.device}"
+    if not x.is_contiguous():
+        return f"x must be row-major contiguous (call .contiguous()); got strides {x.stride()}"
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return f"k must be an integer >= 1, got {k!r}"
+    if isinstance(iters, bool) or not isinstance(iters, int) or iters < 1:
+        return f"iters must be an integer >= 1, got {iters!r}"
+    if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float)) or not tol >= 0
+                            or not math.isfinite(tol)):
+        return f"tol must be a finite number >= 0, or None for no convergence test; got {tol!r}"
+    if isinstance(init, str):
+        if init not in INIT_METHODS:
+            return f"init must be one of {INIT_METHODS} or a [k, D] tensor; got {init!r}"
+    elif isinstance(init, torch.Tensor):
+        if init.shape != (k, x.shape[1]) or not init.is_floating_point():
+            return f"an init tensor must be floating [k, D] = [{k}, {x.shape[1]}]; got {init.dtype} {tuple(init.shape)}"
+        if not bool(torch.isfinite(init).all()):
+            return "the init tensor has NaN or inf entries"
+    else:
+        return f"init must be one of {INIT_METHODS} or a [k, D] tensor; got {type(init).__name__}"
+    if x.device.type == "cpu" and variant != "auto":
+        return f"variant={variant!r} names a CUDA kernel; on the CPU fit uses kmeans_kernels.reference (variant='auto')"
+    if x.device.type == "cuda":
+        D = x.shape[1]
+        if D % kmeans_kernels.D_MULTIPLE or D > kmeans_kernels.D_MAX:
+            return (f"D={D}: the CUDA kernels need D a multiple of {kmeans_kernels.D_MULTIPLE} up to "
+                    f"{kmeans_kernels.D_MAX} (fit on the CPU takes any D)")
+    if group is not None and dist.get_backend(group) == "nccl" and x.device.type != "cuda":
+        return f"an NCCL group needs x on a CUDA device; x is on {x.device}"
+    return None
+
+
+def _nonfinite_row(x: torch.Tensor) -> int:
+    """The first row of x holding a NaN or inf, or -1."""
+    lo, hi = torch.aminmax(x)  # one pass; NaN propagates into both
+    if bool(torch.isfinite(lo) & torch.isfinite(hi)):
+        return -1
+    step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+    for r0 in range(0, x.shape[0], step):
+        bad = ~torch.isfinite(x[r0:r0 + step]).all(dim=1)
+        if bool(bad.any()):
+            return r0 + int(bad.nonzero()[0, 0])
+    return -1
+
+
+def _check(x, k, iters, tol, init, variant, shards: _Shards, comm: torch.device) -> None:
+    """Validate on every rank together, so that a bad shard makes every rank raise instead of one rank
+    raising and the others waiting in the next collective. Sets the shard sizes."""
+    problem = _local_problem(x, k, iters, tol, init, variant, shards.group)
+    bad_row = -1 if problem is not None else _nonfinite_row(x)
+    mine = torch.tensor([problem is None, x.shape[0] if problem is None else 0,
+                         x.shape[1] if problem is None else 0, bad_row], dtype=torch.int64, device=comm)
+    facts = [p.tolist() for p in shards.all_gather(mine)]
+    if problem is not None:
+        raise ValueError(problem)
+    for r, (ok, n, D, row) in enumerate(facts):
+        where = "" if shards.group is None else f"rank {r}'s shard: "
+        if not ok:
+            raise ValueError(f"rank {r} was given invalid input (its own error says what)")
+        if D != x.shape[1]:
+            raise ValueError(f"D differs across ranks: rank {r} has D={D}, this rank D={x.shape[1]}")
+        if row >= 0:
+            raise ValueError(f"{where}row {row} of x has a NaN or inf; fit needs finite points "
+                             f"(drop or impute those rows first)")
+    shards.set_sizes([n for _, n, _, _ in facts])
+    if k > shards.total:
+        raise ValueError(f"k={k} is more clusters than points (N={shards.total})")
+
+
+def _scale_exponent(x: torch.Tensor, shards: _Shards) -> int:
+    """s such that every |x * 2^s| < 2^(62 - ceil(log2 N)): N of them sum below 2^62."""
+    lo, hi = torch.aminmax(x)
+    amax = torch.maximum(-lo, hi).float().reshape(1)
+    amax = float(shards.all_reduce(amax, dist.ReduceOp.MAX)[0])
+    _, e = math.frexp(amax)  # amax < 2^e (e = 0 for amax = 0)
+    return FIXED_POINT_BITS - math.ceil(math.log2(shards.total)) - e
+
+
+def _fixed_point(x: torch.Tensor, s: int) -> torch.Tensor:
+    """x * 2^s truncated toward zero, int64 [N, D]: exact for every coordinate on the 2^-s grid."""
+    out = torch.empty(x.shape, dtype=torch.int64, device=x.device)
+    step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+    scale = math.ldexp(1.0, s)
+    for r0 in range(0, x.shape[0], step):
+        out[r0:r0 + step] = x[r0:r0 + step].double().mul_(scale)
+    return out
+
+
+def _kmeans_plus_plus(sample: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
+    """k rows of `sample` (fp32 [m, D]) by k-means++ with one candidate per pick; fp32 [k, D]."""
+    m = sample.shape[0]
+    s64 = sample.double()
+    x_sq = (s64 * s64).sum(1)
+    u = torch.rand(k, generator=gen, dtype=torch.float64).to(sample.device)
+    picks = torch.empty(k, dtype=torch.int64, device=sample.device)
+    picks[0] = (u[0] * m).long().clamp_(max=m - 1)
+
+    def dist_sq(j):  # ||x||^2 + 2 s, s = 0.5 ||c||^2 - <x, c>: the assignment's score, in float64
+        c = s64[picks[j]]
+        return (x_sq + (c @ c - 2.0 * (s64 @ c))).clamp_(min=0.0)
+
+    headroom = FIXED_POINT_BITS - math.ceil(math.log2(m))
+    d2 = dist_sq(0)
+    d2[picks[0]] = 0.0
+    for j in range(1, k):
+        # the running sum in fixed point, like the cluster sums: a GPU's float scan may round in any order,
+        # which would move a pick; an integer scan cannot (and it all stays on the device: no wait per pick)
+        top = d2.max().clamp(min=torch.finfo(torch.float64).tiny)
+        weights = (d2 / top * 2.0 ** headroom).long()    # each <= 2^headroom: m of them sum below 2^62
+        cum = weights.cumsum(0)
+        # a point already chosen has weight 0 and cannot be picked again, unless every weight is 0
+        target = (u[j] * cum[-1].double()).long().reshape(1)
+        picks[j] = torch.searchsorted(cum, target, right=True)[0].clamp_(max=m - 1)
+        d2 = torch.minimum(d2, dist_sq(j))
+        d2[picks[j]] = 0.0  # exactly, whatever the rounding of the expansion
+    return sample[picks]
+
+
+def _initial_centroids(x, k, init, seed, shards: _Shards) -> torch.Tensor:
+    D = x.shape[1]
+    if isinstance(init, torch.Tensor):
+        # a copy: the broadcast writes into it, and the caller's tensor stays theirs
+        c = init.detach().to(device=x.device, dtype=torch.float32, memory_format=torch.contiguous_format, copy=True)
+        return shards.broadcast_from_first(c)
+    N = shards.total
+    gen = torch.Generator().manual_seed(seed)
+    if init == "random":
+        return shards.rows(x, torch.randperm(N, generator=gen)[:k].sort().values)
+    m = min(N, max(SAMPLE_PER_CLUSTER * k, SAMPLE_MIN))
+    index = torch.arange(N) if m == N else torch.randperm(N, generator=gen)[:m].sort().values
+    sample = shards.rows(x, index)
+    if shards.rank == 0:
+        c = _kmeans_plus_plus(sample, k, gen)
+    else:
+        c = torch.empty(k, D, dtype=torch.float32, device=x.device)
+    return shards.broadcast_from_first(c)
+
+
+class _Lloyd:
+    """The state of one fit: x in fixed point, the data mean and spread, one buffer for the sums."""
+
+    def __init__(self, x: torch.Tensor, k: int, variant: str, shards: _Shards):
+        self.x, self.k, self.shards = x, k, shards
+        N, D = shards.total, x.shape[1]
+        if x.is_cuda:
+            be = kmeans_kernels.backend(kmeans_kernels.arch_of(x.device))
+            variant = be.auto_variant(N, D, k) if variant == "auto" else variant
+            if variant not in be.VARIANTS:
+                raise ValueError(f"variant {variant!r} does not exist; choose from {('auto',) + tuple(be.VARIANTS)}")
+        self.variant = variant
+        self.s = _scale_exponent(x, shards)
+        self.xq = _fixed_point(x, self.s)
+        self.unit = math.ldexp(1.0, -self.s)  # the value of one fixed-point step
+        # one int64 buffer, all-reduced in one call: K+1 rows of sums (row K takes points with no winner),
+        # then K+1 counts and the number of points whose id changed
+        self.acc = torch.zeros((k + 1) * D + k + 2, dtype=torch.int64, device=x.device)
+        self.sums = self.acc[:(k + 1) * D].view(k + 1, D)
+        self.counts = self.acc[(k + 1) * D:]
+        total = shards.all_reduce(self.xq.sum(0))
+        self.mean = (total.double() * self.unit) / N
+        spread = torch.zeros((), dtype=torch.float64, device=x.device)
+        step = max(1, _CHUNK_ELEMENTS // D)
+        for r0 in range(0, x.shape[0], step):
+            spread += (x[r0:r0 + step].double() - self.mean).square().sum()
+        self.spread = shards.all_reduce(spread.reshape(1))[0]  # sum ||x - mean||^2 over all points
+        self.variance = self.spread / (N * D)                   # mean per-feature variance, as scikit-learn's tol
+        self.ids = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
+        self.c_low = torch.empty(k, D, dtype=x.dtype, device=x.device)
+        self.c_sq = torch.empty(k, dtype=torch.float32, device=x.device)
+        self.unassigned = torch.zeros((), dtype=torch.int64, device=x.device)
+        self.ones = torch.ones(x.shape[0], dtype=torch.int64, device=x.device)
+
+    def assign(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """ids of x to c rounded to x's dtype, into `out`. The rounded centroids and their norms live in the
+        same two buffers every iteration: the kernel's launch cache, keyed by addresses, then hits."""
+        self.c_low.copy_(c)
+        self.c_sq.copy_(reference.centroid_norms(self.c_low))
+        if self.x.is_cuda:
+            return kmeans_kernels.assign(self.x, self.c_low, variant=self.variant, c_sq=self.c_sq, out=out)
+        out.copy_(reference.assign(self.x, self.c_low, self.c_sq))
+        return out
+
+    def accumulate(self, ids: torch.Tensor, previous: torch.Tensor | None) -> None:
+        """Global per-cluster fixed-point sums and counts of `ids` (and how many changed) into self.acc."""
+        k = self.k
+        slot = torch.where(ids < 0, k, ids)
+        self.acc.zero_()
+        self.sums.index_add_(0, slot, self.xq)
+        self.counts[:k + 1].index_add_(0, slot, self.ones)  # not bincount: on CUDA it waits for the GPU
+        if previous is not None:
+            self.counts[k + 1] = (ids != previous).sum()
+        _mark("all_reduce", self.x.device)
+        self.shards.all_reduce(self.acc)
+        _mark("reduced", self.x.device)
+        self.unassigned += self.counts[k]
+
+    def inertia(self, c: torch.Tensor) -> torch.Tensor:
+        """sum over points of ||x - c_id||^2 for the ids just accumulated, from sums and counts, about the mean:
+        sum ||x'||^2 - 2 sum_k <S'_k, c'_k> + sum_k n_k ||c'_k||^2 with x' = x - mean."""
+        k = self.k
+        n = self.counts[:k].double()
+        centred = c.double() - self.mean
+        sums = self.sums[:k].double() * self.unit - n[:, None] * self.mean
+        return self.spread - 2.0 * (sums * centred).sum() + (n * (centred * centred).sum(1)).sum()
+
+    def step(self, c: torch.Tensor, ids: torch.Tensor, previous: torch.Tensor | None):
+        """One Lloyd iteration from centroids c: assign (into ids), sum, and return (the new centroids, the
+        inertia of c's assignment); self.counts[k + 1] then holds how many ids differ from `previous`."""
+        self.assign(c, ids)
+        self.accumulate(ids, previous)
+        return self.update(c), self.inertia(c)
+
+    def update(self, c: torch.Tensor) -> torch.Tensor:
+        """The new centroids: each cluster's mean, rounded once to fp32; an empty cluster keeps its centroid."""
+        n = self.counts[:self.k]
+        mean = (self.sums[:self.k].double() * self.unit) / n.clamp(min=1).double()[:, None]
+        return torch.where((n > 0)[:, None], mean.float(), c)
+
+
+def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
+        init: str | torch.Tensor = "k-means++", seed: int = 0, variant: str = "auto",
+        group=None) -> FitResult:
+    """Cluster the rows of x (bf16 or fp16 [N, D], CPU or CUDA) into k clusters by Lloyd's algorithm.
+
+    iters: the most Lloyd iterations. tol: stop when the summed squared centroid shift is at most
+    tol x the mean per-feature variance of x (scikit-learn's rule), or when the assignment stops changing;
+    0 stops only on the latter; None runs all `iters` with no test (and no wait for the GPU per iteration).
+    init: "k-means++", "random" or a [k, D] tensor. seed: for the initialisation. variant: the CUDA kernel
+    (`kmeans_kernels.assign`'s); "auto" picks one for the whole data. group: a torch.distributed process
+    group across which the rows are sharded. See the module docstring for the rules.
+    """
+    comm = _comm_device(group)
+    shards = _Shards(group, 0)
+    _check(x, k, iters, tol, init, variant, shards, comm)
+    lloyd = _Lloyd(x, k, variant, shards)
+    c = _initial_centroids(x, k, init, seed, shards)
+    threshold = None if tol is None else tol * lloyd.variance
+
+    ids, previous = lloyd.ids, torch.empty_like(lloyd.ids)
+    history = []
+    converged = strict = False
+    iterations = 0
+    for it in range(iters):
+        _mark("iteration", x.device)
+        new, inertia = lloyd.step(c, ids, previous if it > 0 and tol is not None else None)
+        history.append(inertia)
+        iterations = it + 1
+        if tol is not None and it > 0 and int(lloyd.counts[k + 1]) == 0:
+            converged = strict = True   # the same ids as before, so `new` equals c: it is final
+            break
+        shift = None if tol is None else (new.double() - c.double()).square().sum()
+        c = new
+        ids, previous = previous, ids
+        if tol is not None and bool(shift <= threshold):
+            converged = True
+            break
+    if not strict:
+        # assign once more, so that ids (and the last inertia) belong to the centroids returned
+        _mark("final", x.device)
+        _, inertia = lloyd.step(c, ids, previous)
+        history.append(inertia)
+        if tol is None:
+            converged = int(lloyd.counts[k + 1]) == 0
+    _mark("end", x.device)
+    if int(lloyd.unassigned) > 0:
+        raise ValueError(f"{int(lloyd.unassigned)} point assignments found no centroid with a finite fp32 score "
+                         f"(|x| or |c| too large for fp32 scores)")
+    return FitResult(centroids=c, ids=ids, inertia=tuple(torch.stack(history).tolist()),
+                     iterations=iterations, converged=converged)

@@ -1,0 +1,259 @@
+# %% [markdown]
+# # 09 · From the assignment to k-means: Lloyd's loop, deterministic, on one GPU or several
+#
+# Notebooks 03–08 built one kernel: the nearest centroid of every point. k-means needs one more step, moving each
+# centroid to the mean of its points, and then the two again, until nothing changes. This notebook builds that
+# loop, `kmeans_kernels.fit`, on the kernel.
+#
+# **After this notebook you will know**
+#
+# * what one Lloyd iteration costs next to the assignment, and where the rest of the time goes;
+# * why the centroid update sums **integers** (and what that buys: the same bits run after run, and on any
+#   number of GPUs);
+# * what happens to a cluster that loses all its points, how k-means++ picks the first centroids, and what the
+#   all-reduce of a multi-GPU run carries;
+# * how `fit` compares with scikit-learn on a real data set (the handwritten digits that scikit-learn ships),
+#   and the time per iteration on the H200 against flashlib's loop.
+#
+# Everything here runs on a CPU in well under a minute: there `fit` assigns through `kmeans_kernels.reference`
+# (the same answers as the kernel on exact inputs) and the timings come from the recorded data files.
+
+# %%
+import difflib
+import inspect
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+import torch
+from IPython.display import display
+from sklearn.cluster import KMeans
+from sklearn.datasets import load_digits
+
+import kmeans_kernels
+from kmeans_kernels import lloyd_bench, lloyd_distributed, lloyd_exercises
+from workbook import ROOT, gpus, records
+
+from kmeans_kernels import lloyd as fitmod
+FIT_FILE = records.path("h200", lloyd_bench.TABLE).relative_to(ROOT)
+SCALING_FILE = records.path("h200x2", lloyd_distributed.TABLE).relative_to(ROOT)
+print(gpus.describe())
+
+# %% [markdown]
+# ## 1. The idea and its arithmetic
+#
+# One Lloyd iteration on `N` points, `K` centroids, `D` dimensions:
+#
+# 1. **assign**: `ids = assign(x, c)`, the kernel of the previous notebooks, `2·N·K·D` flops on tensor cores;
+# 2. **update**: `c_k = (sum of the points with id k) / (their count)`, `N·D` additions, a memory-bound pass.
+#
+# At `1M × 128 × 4096` the assignment is `1.1 TFLOP` and the update `134 M` additions: the update should cost a
+# few per cent of an iteration. Two details decide whether it does, and whether the answer can be trusted:
+#
+# * **Determinism.** The natural GPU update adds each point into its cluster's sum with a floating-point atomic.
+#   Floating-point addition is not associative, and atomics land in whatever order the hardware schedules, so two
+#   runs give centroids that differ in the last bits, and after a few iterations in the assignments too. `fit`
+#   turns every coordinate once, at the start, into a 64-bit fixed-point integer `round_toward_zero(x · 2^s)`, with
+#   `s` chosen from the largest `|x|` and `N` so that no sum of `N` of them can overflow (62 − ⌈log₂ N⌉ bits below the
+#   largest magnitude: 42 at `N = 1M`). Integer addition is associative: whatever the order, the same bits.
+# * **The cost of it**: 8 bytes per coordinate, held for the whole fit and read once per iteration, four times a
+#   bf16 `x`. The mean is formed in float64 and rounded once to fp32, the same operations on a CPU and a GPU.
+#
+# The same values summed in two orders, as floats and as integers:
+
+# %%
+g = torch.Generator().manual_seed(0)
+vals = torch.randn(100_000, generator=g).to(torch.bfloat16)
+perm = torch.randperm(len(vals), generator=g)
+print(f"fp32 sum, two orders:  {vals.float().sum().item():.9g}  {vals[perm].float().cumsum(0)[-1].item():.9g}")
+s = 62 - math.ceil(math.log2(len(vals))) - math.frexp(float(vals.abs().max()))[1]   # fit's rule for the scale
+q = (vals.double() * 2.0**s).long()
+print(f"int64 sum, two orders: {q.sum().item()}  {q[perm].cumsum(0)[-1].item()}  (= {q.sum().item() / 2**s:.9g})")
+
+# %% [markdown]
+# `fit` applies exactly this, per cluster, with `index_add_` into an int64 buffer. The other rules of the loop:
+#
+# * **Empty clusters keep their centroid.** A cluster that gets no points has no mean; `fit` leaves its centroid
+#   where it was (deterministic, the same on every rank, and the objective does not rise). scikit-learn instead moves
+#   it onto a far point, so on data where a cluster empties the two differ.
+# * **k-means++ initialisation** picks the first centroid uniformly, then each next one with probability proportional
+#   to the squared distance to the nearest centroid so far. That is one new centre at a time, a matrix-vector product
+#   the tensor-core kernel has no use for; `fit` runs it on a seeded sample of at most `max(16K, 8192)` rows, with the
+#   assignment's own score: `d² = ‖x‖² + 2·(½‖c‖² − ⟨x, c⟩)`, in float64.
+# * **Convergence**, scikit-learn's rule: stop when the assignment no longer changes, or when the summed squared centroid
+#   shift falls below `tol` × the mean per-feature variance; then assign once more, so that the returned ids belong to
+#   the returned centroids. The centroids are kept in fp32 and **cast to bf16 (or fp16) for the assignment**.
+#
+# ## 2. The code
+#
+# One iteration is one method of the fit's state; the update is integer sums and one rounding:
+
+# %%
+print(inspect.getsource(fitmod._Lloyd.step))
+print(inspect.getsource(fitmod._Lloyd.update))
+
+# %% [markdown]
+# What changed from the loop a user writes in plain torch (`kmeans_kernels.lloyd_bench.torch_loop`): the float sums
+# become integer sums of the fixed-point copy, and the division happens in float64:
+
+# %%
+def lines_with(fn, *keys):
+    """The source lines of fn holding each key, in order: the update, without the rest of the function."""
+    src = [line.strip() for line in inspect.getsource(fn).splitlines()]
+    return [next(line for line in src if key in line) for key in keys]
+
+
+plain = lines_with(lloyd_bench.torch_loop, "index_add_", "bincount", "torch.where((counts")
+ours = lines_with(fitmod._Lloyd.accumulate, "self.sums.index_add_", "self.ones") + \
+    lines_with(fitmod._Lloyd.update, "mean =", "torch.where")
+print("\n".join(difflib.unified_diff(plain, ours, "plain torch loop (fp32 atomics)", "kmeans_kernels.fit (int64)",
+                                     lineterm="", n=0)))
+
+# %% [markdown]
+# ## 3. A real data set: scikit-learn's handwritten digits
+#
+# `load_digits` ships with scikit-learn: 1797 images of 8 × 8 pixels, each pixel an integer 0–16, so `D = 64` and
+# every value is exact in bf16. Ten clusters, k-means++ from seed 0:
+
+# %%
+X, y = load_digits(return_X_y=True)
+x = torch.from_numpy(X).to(torch.bfloat16)
+assert torch.equal(x.double(), torch.from_numpy(X))     # nothing lost in bf16
+r = kmeans_kernels.fit(x, 10, seed=0)
+print(f"{x.shape[0]} points, D = {x.shape[1]}: {r.iterations} iterations, converged: {r.converged}, "
+      f"inertia {r.inertia[-1]:.6g}")
+purity = sum(np.bincount(y[r.ids.numpy() == j]).max() for j in range(10)) / len(y)
+print(f"each cluster's most common digit covers {purity:.1%} of the points (k-means never saw the labels)")
+
+# %% [markdown]
+# The centroids are images: the mean digit of each cluster, and the objective (inertia, the sum of squared
+# distances) at each iteration's assignment:
+
+# %%
+fig, axes = plt.subplots(2, 6, figsize=(11, 4), gridspec_kw={"width_ratios": [1] * 5 + [2.4]})
+order = torch.argsort(torch.tensor([np.bincount(y[r.ids.numpy() == j], minlength=10).argmax() for j in range(10)]))
+for ax, j in zip(axes[:, :5].ravel(), order.tolist()):
+    ax.imshow(r.centroids[j].reshape(8, 8).numpy(), cmap="gray_r")
+    ax.set_title(f"cluster {j}: {int((r.ids == j).sum())}", fontsize=9)
+    ax.axis("off")
+gs = axes[0, 5].get_gridspec()
+for ax in axes[:, 5]:
+    ax.remove()
+ax = fig.add_subplot(gs[:, 5])
+ax.plot(range(1, len(r.inertia) + 1), r.inertia, "o-")
+ax.set_xlabel("assignment pass")
+ax.set_ylabel("inertia")
+ax.set_title("objective per iteration")
+fig.suptitle("kmeans_kernels.fit on scikit-learn's digits (1797 x 64, k = 10, k-means++ seed 0), computed here")
+fig.tight_layout()
+
+# %% [markdown]
+# ## 4. The check: scikit-learn's Lloyd from the same centroids
+#
+# Same initial centroids, `KMeans(init=c0, n_init=1, algorithm="lloyd")`. The test suite holds `fit` to the same
+# assignment, iteration count and inertia within 1e-6 on well-separated data (`tests/test_fit.py`). Digits are not
+# well separated, and `fit` ranks by the centroids **rounded to bf16** while scikit-learn ranks by float64 ones, so
+# a point that lies almost halfway between two centroids can go either way. Six starts:
+
+# %%
+rows = []
+for seed in range(6):
+    c0 = x[torch.randperm(len(x), generator=torch.Generator().manual_seed(seed))[:10]].float()
+    ours = kmeans_kernels.fit(x, 10, init=c0, iters=300, tol=1e-4)
+    km = KMeans(10, init=c0.double().numpy(), n_init=1, algorithm="lloyd", max_iter=300, tol=1e-4).fit(X)
+    rows.append({"start": seed, "same ids": f"{int((ours.ids.numpy() == km.labels_).sum())} / {len(X)}",
+                 "iterations (fit, sklearn)": (ours.iterations, int(km.n_iter_)),
+                 "inertia, relative difference": f"{ours.inertia[-1] / km.inertia_ - 1:+.1e}"})
+display(pd.DataFrame(rows).set_index("start"))
+
+# %% [markdown]
+# ## 5. Exercise: where does P go?
+#
+# Six points on a line, `A=0, B=1, P=3, C=4, D=5, E=13` (second coordinate 0), and two starting centroids at 0 and 2.
+# After **one** Lloyd iteration (assign, move the centroids, assign again), which cluster does P belong to, 0 or 1?
+# Work it out by hand (mind B, exactly halfway), then check:
+
+# %%
+answer = None   # 0 or 1
+lloyd_exercises.check(answer);
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# First assignment: A → 0; B is 1 from both centroids, a tie, and the lowest index wins → 0; P, C, D, E → 1.
+# The centroids move to the means: (0 + 1) / 2 = 0.5 and (3 + 4 + 5 + 13) / 4 = 6.25. P is 2.5 from the first and
+# 3.25 from the second, so **P joins cluster 0**: E dragged its centroid away. `lloyd_exercises.check(0)`.
+# </details>
+
+# %% [markdown]
+# ## 6. Several processes: the all-reduce
+#
+# With `group=` a `torch.distributed` process group, each rank holds a consecutive slice of the rows. Per iteration
+# each rank sums its own points into the int64 buffer (K rows of sums, K counts, and how many ids changed), and one
+# `all_reduce` adds the buffers: an exact integer sum, so every rank forms the same centroids, and they are the
+# centroids of the single-process run, bit for bit. k-means++ runs on rank 0 on a sample drawn by *global* row index
+# (the same rows whatever the sharding), gathered from the ranks, and is broadcast. On GPUs the backend is NCCL,
+# here gloo: two CPU processes on the digits, split unevenly (this cell starts two Python processes, a few seconds):
+
+# %%
+ranks = lloyd_distributed.run_sharded(x, 10, world=2, sizes=[700, 1097], seed=0)
+same = all(torch.equal(q.centroids, r.centroids) for q in ranks)
+print(f"centroids equal to the single-process run, bit for bit, on both ranks: {same}")
+print(f"ids equal: {torch.equal(torch.cat([q.ids for q in ranks]), r.ids)}; "
+      f"iterations {[q.iterations for q in ranks]} vs {r.iterations}")
+
+# %% [markdown]
+# ## 7. The number: time per Lloyd iteration on the H200
+#
+# `python -m kmeans_kernels.lloyd_bench` times, on each seed shape and bf16 random data, a loop of 5 iterations from
+# the same centroids: `ours/fit` (the whole `fit` call, per iteration, including its setup and closing assignment),
+# `ours/lloyd` (the loop body alone), `ours/assign` (the kernel alone), flashlib 0.4.0's own loop and a plain torch
+# loop. Issue 19's goals: `lloyd/assign ≤ 1.15` at 1M × 128 × 4096, and faster than flashlib's loop (flashlib/lloyd > 1)
+# everywhere. From the data file, if it has been recorded:
+
+# %%
+fit_rows = records.read("h200", lloyd_bench.TABLE)
+table = lloyd_bench.summary(fit_rows)
+if table.empty:
+    print(f"not measured yet: {FIT_FILE} has no run. On an H200: python -m kmeans_kernels.lloyd_bench")
+else:
+    run = records.last_run(fit_rows, [("ours", "fit")])
+    print(f"{FIT_FILE}: run of {run.date.iloc[0]} at commit {run.commit.iloc[0]}, "
+          f"{run.gpu.iloc[0]}; ms per Lloyd iteration")
+    display(table.round(4))
+    big = table[(table.N == 1048576) & (table.D == 128) & (table.K == 4096)]
+    if not big.empty and "lloyd/assign" in big:
+        print(f"1M x 128 x 4096: one iteration costs {float(big['lloyd/assign'].iloc[0]):.2f}x the assignment "
+              "kernel (goal: 1.15x)")
+    if "flashlib/lloyd" in table:
+        print(f"faster than flashlib's loop on {int((table['flashlib/lloyd'] > 1).sum())} of {len(table)} shapes")
+
+# %% [markdown]
+# Two H200s (issue 20): `torchrun --nproc_per_node=2 -m kmeans_kernels.lloyd_distributed --n 2000000,8000000` times each
+# iteration on two GPUs and on one, and checks that the answers are equal. From its data file, if recorded:
+
+# %%
+scale = lloyd_distributed.scaling(records.read("h200x2", lloyd_distributed.TABLE))
+if scale.empty:
+    print(f"not measured yet: no rows in {SCALING_FILE} (it needs a machine with two H200s)")
+else:
+    display(scale.round(3))
+    fig, ax = plt.subplots(figsize=(5, 3))
+    ax.bar([f"N = {n / 1e6:g}M" for n in scale.N], scale.efficiency)
+    ax.axhline(1.0, color="gray", ls="--")
+    ax.set_ylabel("scaling efficiency")
+    ax.set_title(f"fit on 2 H200s vs 1, measured ({SCALING_FILE})", fontsize=9)
+
+# %% [markdown]
+# ## Take-away
+#
+# * `fit` is a complete k-means on the assignment kernel: k-means++ or random starts, scikit-learn's convergence
+#   rule, the inertia per iteration, and an answer that does not depend on the run or on the number of processes,
+#   because the cluster sums are exact integers.
+# * The determinism is not free: the fixed-point copy of `x` is four times a bf16 `x`, read once per iteration,
+#   plus 64-bit atomics into the sums. Whether that stays within the 15 % the issue allows over the kernel is the
+#   `lloyd/assign` column above, measured, not assumed; an update kernel that reads the bf16 points and converts
+#   them in registers would remove the 8-byte read, and is the next step if it does not.
+# * Ranking by bf16 centroids costs exactness against a float64 k-means on points near a boundary (a point or two of
+#   the 1797 digits); on well-separated data the answers are the same.

@@ -1,0 +1,389 @@
+"""kmeans_kernels.fit, Lloyd's k-means on the assignment: the CPU reference path, its determinism, the
+empty-cluster rule, errors, scikit-learn's answer, two gloo processes; on a GPU (`-m gpu`) the CUDA path."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import kmeans_kernels
+from kmeans_kernels import lloyd_distributed
+
+from kmeans_kernels import lloyd as fitmod
+bf16 = torch.bfloat16
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def symmetric_blobs(k, per, d, seed=0, dtype=bf16, device="cpu"):
+    """Small-integer points whose cluster means are exactly their integer centres (noise comes in +- pairs),
+    shuffled; returns (x, labels, centres)."""
+    g = torch.Generator().manual_seed(seed)
+    centres = 2 * torch.randint(-8, 9, (k, d), generator=g)
+    noise = torch.randint(-1, 2, (k, per, d), generator=g)
+    pts = (centres[:, None] + torch.cat([noise, -noise], 1)).reshape(-1, d)
+    labels = torch.arange(k).repeat_interleave(2 * per)
+    order = torch.randperm(pts.shape[0], generator=g)
+    return pts[order].to(dtype).to(device), labels[order], centres.float().to(device)
+
+
+def one_per_cluster(x, labels, k):
+    """The first point of each true cluster, as initial centroids."""
+    return torch.stack([x[(labels == j).nonzero()[0, 0]] for j in range(k)]).float()
+
+
+def objective(x, c, ids):
+    return float(((x.double() - c.double()[ids.long()]) ** 2).sum())
+
+
+def test_fit_recovers_exact_clusters():
+    x, labels, centres = symmetric_blobs(6, 40, 32)
+    r = kmeans_kernels.fit(x, 6, init=one_per_cluster(x, labels, 6))
+    assert torch.equal(r.ids.long(), labels)
+    assert torch.equal(r.centroids, centres)          # the means are exact: integer sums, one rounding
+    assert r.converged and r.iterations == 2 and len(r.inertia) == 2
+    assert r.inertia[-1] == objective(x, centres, labels)
+    assert r.ids.dtype == torch.int32 and r.centroids.dtype == torch.float32
+
+
+def test_fit_is_deterministic_and_independent_of_row_order():
+    """Random (inexact) data: the same call gives the same bits, and so does any order of the rows: the sums
+    are integers, so the order of the additions cannot matter (fp32 sums in another order round differently)."""
+    g = torch.Generator().manual_seed(1)
+    x = (3 * torch.randn(4000, 32, generator=g)).to(bf16)
+    c0 = x[:20].float() + 0.5
+    a = kmeans_kernels.fit(x, 20, init=c0, iters=6, tol=None)
+    b = kmeans_kernels.fit(x, 20, init=c0, iters=6, tol=None)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids) and a.inertia == b.inertia
+    perm = torch.randperm(4000, generator=g)
+    p = kmeans_kernels.fit(x[perm].contiguous(), 20, init=c0, iters=6, tol=None)
+    assert torch.equal(p.centroids, a.centroids)
+    assert torch.equal(p.ids, a.ids[perm])
+    assert not torch.equal(a.centroids, c0)  # the centroids did move
+    assert torch.equal(kmeans_kernels.fit(x, 20, seed=3, iters=2).centroids,
+                       kmeans_kernels.fit(x, 20, seed=3, iters=2).centroids)
+
+
+def test_fixed_point_sums_are_order_free_where_float_sums_are_not():
+    """Why the update uses integers: the same values summed in two orders."""
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5000, 8, generator=g).to(bf16)
+    ids = torch.randint(0, 3, (5000,), generator=g)
+    perm = torch.randperm(5000, generator=g)
+
+    def float_sums(x, ids):
+        return torch.zeros(3, 8).index_add_(0, ids, x.float())
+
+    def fixed_sums(x, ids):
+        s = 62 - math.ceil(math.log2(5000)) - math.frexp(float(x.float().abs().max()))[1]
+        return torch.zeros(3, 8, dtype=torch.int64).index_add_(0, ids, fitmod._fixed_point(x, s))
+
+    assert not torch.equal(float_sums(x, ids), float_sums(x[perm], ids[perm]))
+    assert torch.equal(fixed_sums(x, ids), fixed_sums(x[perm], ids[perm]))
+
+
+def test_kmeans_plus_plus_weights_by_distance():
+    """99 points at 0 and one at 10: after the first pick, every point at 0 has distance 0, so k-means++ must
+    take the far point as the second centre, whatever the seed; "random" mostly takes two zeros."""
+    x = torch.zeros(100, 16, dtype=bf16)
+    x[57] = 10
+    for seed in range(5):
+        c = kmeans_kernels.fit(x, 2, seed=seed, iters=1).centroids
+        assert sorted(c[:, 0].tolist()) == [0.0, 10.0]
+    rows = fitmod._Shards(None, 100)
+    rows.set_sizes([100])
+    picked = fitmod._initial_centroids(x, 2, "random", 0, rows)
+    assert picked.shape == (2, 16)
+
+
+def test_random_init_takes_distinct_rows_in_order():
+    x = torch.arange(50 * 16, dtype=torch.float32).reshape(50, 16).to(bf16)
+    shards = fitmod._Shards(None, 50)
+    shards.set_sizes([50])
+    c = fitmod._initial_centroids(x, 7, "random", 4, shards)
+    starts = c[:, 0].tolist()
+    assert starts == sorted(set(starts)) and len(starts) == 7
+    assert torch.equal(c, fitmod._initial_centroids(x, 7, "random", 4, shards))
+    assert not torch.equal(c, fitmod._initial_centroids(x, 7, "random", 5, shards))
+
+
+def test_empty_cluster_keeps_its_centroid():
+    x, labels, centres = symmetric_blobs(4, 30, 16, seed=3)
+    far = torch.full((1, 16), 1000.0)
+    c0 = torch.cat([one_per_cluster(x, labels, 4), far])
+    r = kmeans_kernels.fit(x, 5, init=c0, iters=20, tol=1e-4)
+    assert torch.equal(r.centroids[4], far[0])       # no points: it does not move
+    assert not bool((r.ids == 4).any())
+    assert torch.equal(r.centroids[:4], centres) and r.converged
+    assert all(b <= a for a, b in zip(r.inertia, r.inertia[1:]))
+
+
+def test_inertia_is_the_objective_of_the_returned_centroids():
+    g = torch.Generator().manual_seed(4)
+    x = (torch.randn(3000, 16, generator=g) + 40).to(bf16)   # far from the origin: cancellation would show
+    for tol in (None, 0.0, 1e-4):
+        r = kmeans_kernels.fit(x, 9, iters=8, tol=tol, seed=2)
+        assert r.inertia[-1] == pytest.approx(objective(x, r.centroids, r.ids), rel=1e-12)
+        assert len(r.inertia) in (r.iterations, r.iterations + 1)
+        assert all(b <= a * (1 + 1e-6) for a, b in zip(r.inertia, r.inertia[1:]))
+    r = kmeans_kernels.fit(x, 9, iters=7, tol=None)
+    assert r.iterations == 7 and len(r.inertia) == 8
+
+
+def test_fp16_gives_the_bf16_answer_on_exact_inputs():
+    x, labels, centres = symmetric_blobs(5, 20, 32, seed=5)
+    a = kmeans_kernels.fit(x, 5, seed=1)
+    b = kmeans_kernels.fit(x.to(torch.float16), 5, seed=1)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids) and a.inertia == b.inertia
+
+
+def _x(n=64, d=16):
+    return torch.randn(n, d).to(bf16)
+
+
+def _nan_row():
+    x = _x()
+    x[3, 5] = float("nan")
+    return x
+
+
+def _inf_row():
+    x = _x()
+    x[10, 0] = float("-inf")
+    return x
+
+
+@pytest.mark.parametrize("call, match", [
+    (lambda: kmeans_kernels.fit(_x(8), 9), "k=9 is more clusters than points"),
+    (lambda: kmeans_kernels.fit(_x(), 0), "k must be an integer >= 1"),
+    (lambda: kmeans_kernels.fit(_x(), 2.0), "k must be"),
+    (lambda: kmeans_kernels.fit(_x(), True), "k must be"),
+    (lambda: kmeans_kernels.fit(_nan_row(), 4), "row 3 of x has a NaN or inf"),
+    (lambda: kmeans_kernels.fit(_inf_row(), 4), "row 10 of x has a NaN or inf"),
+    (lambda: kmeans_kernels.fit(_x().float(), 4), "bf16 or fp16"),
+    (lambda: kmeans_kernels.fit(torch.ones(8, 4, dtype=torch.int32), 2), "bf16 or fp16"),
+    (lambda: kmeans_kernels.fit(_x(16, 64).t(), 2), "contiguous"),
+    (lambda: kmeans_kernels.fit(torch.ones(8, dtype=bf16), 2), "2-D"),
+    (lambda: kmeans_kernels.fit(np.ones((8, 4)), 2), "torch.Tensor"),
+    (lambda: kmeans_kernels.fit(torch.empty(8, 4, dtype=bf16, device="meta"), 2), "CPU or a CUDA"),
+    (lambda: kmeans_kernels.fit(_x(), 4, init=torch.zeros(3, 16)), r"\[k, D\] = \[4, 16\]"),
+    (lambda: kmeans_kernels.fit(_x(), 4, init=torch.full((4, 16), float("nan"))), "init tensor has NaN"),
+    (lambda: kmeans_kernels.fit(_x(), 4, init="kmeans++"), "init must be one of"),
+    (lambda: kmeans_kernels.fit(_x(), 4, iters=0), "iters must be"),
+    (lambda: kmeans_kernels.fit(_x(), 4, tol=-1.0), "tol must be"),
+    (lambda: kmeans_kernels.fit(_x(), 4, tol=float("nan")), "tol must be"),
+    (lambda: kmeans_kernels.fit(_x(), 4, variant="ilp2"), "names a CUDA kernel"),
+])
+def test_fit_rejects_bad_input(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+def test_fit_accepts_k_equal_to_n_and_does_not_touch_a_given_init():
+    x = _x(12)
+    init = x.float().clone()
+    r = kmeans_kernels.fit(x, 12, init=init)
+    assert torch.equal(r.centroids, x.float()) and torch.equal(r.ids, torch.arange(12, dtype=torch.int32))
+    assert torch.equal(init, x.float())
+
+
+@pytest.mark.parametrize("tol, iters", [(0.0, 300), (1e-4, 300), (1e-4, 1), (1e-4, 2)])
+def test_fit_agrees_with_scikit_learn(tol, iters):
+    """Same initial centroids, scikit-learn's Lloyd: the same assignment, iteration count and inertia."""
+    from sklearn.cluster import KMeans
+    from sklearn.datasets import make_blobs
+
+    X, y = make_blobs(n_samples=3000, n_features=32, centers=12, cluster_std=1.0, random_state=3)
+    x = torch.from_numpy(X).to(bf16)
+    c0 = one_per_cluster(x, torch.from_numpy(y), 12)
+    r = kmeans_kernels.fit(x, 12, init=c0, iters=iters, tol=tol)
+    km = KMeans(12, init=c0.double().numpy(), n_init=1, algorithm="lloyd", max_iter=iters, tol=tol)
+    km.fit(x.double().numpy())
+    assert np.array_equal(r.ids.numpy(), km.labels_)
+    assert r.iterations == km.n_iter_
+    assert r.inertia[-1] == pytest.approx(km.inertia_, rel=1e-6)
+    np.testing.assert_allclose(r.centroids.double().numpy(), km.cluster_centers_, rtol=0, atol=1e-5)
+
+
+def test_timeline_times_each_iteration():
+    x, labels, _ = symmetric_blobs(4, 50, 16)
+    with fitmod.timeline() as marks:
+        r = kmeans_kernels.fit(x, 4, iters=5, tol=None)
+    times = fitmod.iteration_times(marks)
+    assert len(times) == r.iterations == 5
+    assert all(t > 0 and 0 <= a <= t for t, a in times)
+    assert fitmod._timeline is None
+
+
+def test_sharded_fit_on_two_gloo_processes_equals_one_process():
+    """Uneven shards, k-means++ from a sample gathered across ranks, sums all-reduced: the same bits."""
+    x = lloyd_distributed.exact_data(2001, 16, 8, seed=7, device="cpu")
+    one = kmeans_kernels.fit(x, 8, seed=11, iters=30)
+    ranks = lloyd_distributed.run_sharded(x, 8, world=2, sizes=[700, 1301], seed=11, iters=30)
+    for r in ranks:
+        assert torch.equal(r.centroids, one.centroids)
+        assert (r.iterations, r.converged) == (one.iterations, one.converged)
+        assert r.inertia == pytest.approx(one.inertia, rel=1e-12)
+    assert torch.equal(torch.cat([ranks[0].ids, ranks[1].ids]), one.ids)
+    assert one.iterations > 1
+
+
+def test_launcher_cpu_path(tmp_path, capsys):
+    summary = tmp_path / "summary.json"
+    assert lloyd_distributed.main(["--spawn", "2", "--n", "3001", "--d", "16", "--k", "8", "--iters", "3",
+                                 "--summary", str(summary)]) == 0
+    run, = json.loads(summary.read_text())["runs"]
+    assert run["centroids_equal"] and run["ids_match"] == 1.0 and run["world"] == 2
+    assert len(run["sharded_ms"]) == len(run["single_ms"]) == 3
+    assert lloyd_distributed.main(["--n", "10"]) == 2   # neither torchrun nor --spawn: says how to start it
+
+
+def test_launcher_data_and_split():
+    x = lloyd_distributed.exact_data(1000, 32, 5, seed=0, device="cpu")
+    assert x.dtype == bf16 and torch.equal(x.float(), x.float().round()) and float(x.abs().max()) <= 17
+    assert lloyd_distributed.split(10, 3) == [4, 3, 3] and sum(lloyd_distributed.split(7, 2)) == 7
+    with pytest.raises(ValueError, match="sizes"):
+        lloyd_distributed.run_sharded(x, 5, world=2, sizes=[10, 10])
+
+
+# ---- on a GPU ---------------------------------------------------------------------------------------------
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_fit_cuda_equals_the_cpu_path_on_exact_inputs(dtype):
+    x, labels, centres = symmetric_blobs(32, 300, 64, seed=8, dtype=dtype)
+    c0 = one_per_cluster(x, labels, 32)
+    cpu = kmeans_kernels.fit(x, 32, init=c0)
+    cuda = kmeans_kernels.fit(x.cuda(), 32, init=c0.cuda())
+    assert torch.equal(cuda.centroids.cpu(), cpu.centroids) and torch.equal(cuda.centroids.cpu(), centres)
+    assert torch.equal(cuda.ids.cpu(), cpu.ids)
+    assert (cuda.iterations, cuda.converged) == (cpu.iterations, cpu.converged)
+    assert cuda.inertia == pytest.approx(cpu.inertia, rel=1e-12)
+    shards = fitmod._Shards(None, x.shape[0])
+    shards.set_sizes([x.shape[0]])
+    assert torch.equal(fitmod._initial_centroids(x.cuda(), 32, "k-means++", 3, shards).cpu(),
+                       fitmod._initial_centroids(x, 32, "k-means++", 3, shards))
+
+
+@gpu
+@needs_cuda
+def test_fit_cuda_is_deterministic_bit_for_bit():
+    g = torch.Generator(device="cuda").manual_seed(9)
+    x = torch.randn(262144, 128, generator=g, device="cuda").to(bf16)
+    c0 = x[:1024].float()
+    a = kmeans_kernels.fit(x, 1024, init=c0, iters=5, tol=None)
+    b = kmeans_kernels.fit(x, 1024, init=c0, iters=5, tol=None)
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids) and a.inertia == b.inertia
+    perm = torch.randperm(x.shape[0], device="cuda", generator=g)
+    p = kmeans_kernels.fit(x[perm].contiguous(), 1024, init=c0, iters=5, tol=None)
+    assert torch.equal(p.centroids, a.centroids) and torch.equal(p.ids, a.ids[perm])
+    assert kmeans_kernels.fit(x, 1024, seed=1, iters=3).centroids.is_cuda
+
+
+@gpu
+@needs_cuda
+def test_fit_cuda_rejects_what_the_kernels_cannot_do():
+    with pytest.raises(ValueError, match="D=72"):
+        kmeans_kernels.fit(torch.randn(256, 72, device="cuda").to(bf16), 4)
+    with pytest.raises(ValueError, match="variant 'nope'"):
+        kmeans_kernels.fit(torch.randn(256, 64, device="cuda").to(bf16), 4, variant="nope")
+
+
+def test_lloyd_bench_without_a_gpu_says_where_the_rows_are(capsys):
+    from kmeans_kernels import lloyd_bench
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here: the bench would run")
+    assert lloyd_bench.main([]) == 2
+    assert "kmeans_fit.csv" in capsys.readouterr().out
+
+
+def test_lloyd_bench_torch_loop_is_lloyd():
+    """The plain torch contender is a Lloyd loop: on separated data it finds fit's clusters and centroids."""
+    from kmeans_kernels import lloyd_bench
+    x, labels, centres = symmetric_blobs(5, 30, 16, seed=6)
+    c0 = one_per_cluster(x, labels, 5)
+    ids, used = lloyd_bench.torch_loop(x, c0, 3)
+    assert torch.equal(ids, labels) and torch.equal(used, centres)
+    assert lloyd_bench.match_rate(lambda x, c0, n: lloyd_bench.torch_loop(x, c0, n), [(x, c0)]) == 1.0
+
+
+def test_exercise_checker(capsys):
+    from kmeans_kernels import lloyd_exercises
+    right = int(lloyd_exercises.after_one_iteration().ids[lloyd_exercises.POINT])
+    assert right == 0   # P started in cluster 1 and leaves it: the exercise is worth doing
+    x, c0 = lloyd_exercises.problem()
+    assert int(kmeans_kernels.fit(x, 2, init=c0, iters=1, tol=None).ids[lloyd_exercises.POINT]) == right
+    assert lloyd_exercises.check(right) and not lloyd_exercises.check(1 - right) and not lloyd_exercises.check(None)
+    assert "Right" in capsys.readouterr().out
+
+
+def _rows(**over):
+    base = dict(kernel="ours", variant="fit", N=65536, D=128, K=4096, iters=5, ms_median=1.0, ms_min=1.0,
+                ms_max=1.0, tflops=1.0, match_rate=1.0, date="2026-12-01T00:00:00Z")
+    return {**base, **over}
+
+
+def test_bench_summary_and_scaling_tables():
+    import pandas as pd
+    from kmeans_kernels import lloyd_bench
+    df = pd.DataFrame([_rows(), _rows(variant="lloyd", ms_median=0.9), _rows(variant="assign", ms_median=0.75),
+                       _rows(kernel="flashlib", variant="flash_kmeans", ms_median=1.8),
+                       _rows(variant="fit", ms_median=5.0, date="2026-11-01T00:00:00Z")])
+    t = lloyd_bench.summary(df)
+    assert len(t) == 1 and t["ours/fit ms"][0] == 1.0
+    assert t["lloyd/assign"][0] == pytest.approx(1.2) and t["flashlib/lloyd"][0] == pytest.approx(2.0)
+    assert lloyd_bench.summary(df.iloc[0:0]).empty
+    dd = pd.DataFrame([_rows(variant="fit_single", N=2_000_000, world=1, ms_median=4.0, allreduce_share=0.0,
+                             centroids_equal=1),
+                       _rows(variant="fit_2ranks", N=2_000_000, world=2, ms_median=2.5, allreduce_share=0.1,
+                             centroids_equal=1)])
+    s = lloyd_distributed.scaling(dd)
+    assert s["speedup"][0] == pytest.approx(1.6) and s["efficiency"][0] == pytest.approx(0.8) and s["equal"][0]
+    assert lloyd_distributed.scaling(dd.iloc[0:0]).empty
+
+
+def test_fixed_point_precision_is_as_documented():
+    """bf16 values down to max|x| / 2^(55 - L) are exact on the grid; below it, truncation toward zero."""
+    N = 1000                                 # L = 10
+    x = torch.zeros(N, 2, dtype=bf16)
+    x[0, 0] = 1.5                            # max|x| < 2^1: e = 1, s = 62 - 10 - 1 = 51
+    x[1, 0] = 2.0 ** -44 * 1.9921875         # 2^(e - 55 + L) = 2^-44: the smallest exponent that is exact
+    x[2, 0] = -(2.0 ** -52) * 1.5            # below the grid step 2^-51: truncated to 0
+    shards = fitmod._Shards(None, N)
+    s = fitmod._scale_exponent(x, shards)
+    q = fitmod._fixed_point(x, s)
+    assert s == 51
+    assert q[1, 0] / 2.0 ** s == float(x[1, 0]) and q[0, 0] / 2.0 ** s == 1.5
+    assert int(q[2, 0]) == 0
+
+
+def test_lloyd_bench_contenders_run_on_the_cpu_path():
+    """The bench's own loops (all but the CUDA-only kernel call), through the harness's CPU clock."""
+    from kmeans_kernels import lloyd_bench
+    from workbook import timing
+    x, labels, centres = symmetric_blobs(8, 40, 32, seed=9)
+    sets = [(x, one_per_cluster(x, labels, 8))]
+    fns = lloyd_bench.contenders({"ours", "torch"}, 3, sets)
+    assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "assign"), ("torch", "loop")}
+    del fns["ours", "assign"]
+    times = timing.bench_interleaved(fns, sets, warmup=1, iters=2)
+    assert all(t.clock == timing.PERF_COUNTER and len(t.samples) == 2 for t in times.values())
+    for fn in fns.values():
+        assert lloyd_bench.match_rate(fn, sets) == 1.0
+        ids, used = fn(*sets[0], n=3)
+        assert torch.equal(ids.long(), labels) and torch.equal(used, centres)
+
+
+def test_kmeans_plus_plus_picks_in_proportion_to_squared_distance():
+    """Three points; after the origin is picked the others weigh 1 and 9: the far one must come ~90 % of the time."""
+    sample = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 3.0]])
+    seconds = []
+    for seed in range(900):
+        c = fitmod._kmeans_plus_plus(sample, 2, torch.Generator().manual_seed(seed))
+        if torch.equal(c[0], sample[0]):
+            seconds.append(int(c[1, 1] == 3.0))
+    assert 200 < len(seconds) < 400                        # the first pick is uniform
+    assert np.mean(seconds) == pytest.approx(0.9, abs=0.05)
