@@ -274,6 +274,39 @@ def test_run_functions_refuse_what_the_kernels_cannot_take():
         tcgen05_tile.compile(16, 48)
 
 
+@pytest.fixture
+def dry_run(monkeypatch):
+    """Each run function's own arguments, compiled and checked against the compiled signature, on the CPU:
+    everything a launch does except the launch (CPU tensors stand in for CUDA ones; no device checks)."""
+    from cutlass.cute.runtime import make_fake_stream
+    from workbook.primer import _common
+    calls = []
+
+    def compile_here(key, fn, *args, arch):
+        exe = cute.compile(fn, *args, options=f"--gpu-arch {arch}")
+        return lambda *runtime: calls.append((key, exe.generate_execution_args(*runtime)))
+
+    monkeypatch.setattr(_common, "require", lambda t, name, **kw: None)
+    monkeypatch.setattr(_common, "device_arch", lambda device, allowed=("sm_90a", "sm_100a"): allowed[0])
+    monkeypatch.setattr(_common, "stream", lambda device: make_fake_stream())
+    monkeypatch.setattr(_common, "compiled_for_device", compile_here)
+    return calls
+
+
+def test_run_functions_pass_what_their_compiled_kernels_take(dry_run):
+    f32, bf16 = torch.float32, torch.bfloat16
+    vector_add.add(torch.zeros(5), torch.zeros(5))
+    layouts.scale(torch.zeros(37, 200), 2.0)
+    trace_time.polyval(torch.zeros(9), (0.5, 3.0), relu=True)
+    for dtype in (f32, bf16):
+        tma_copy.copy(torch.zeros(65, 200, dtype=dtype))
+    wgmma_tile.matmul_t(torch.zeros(100, 32, dtype=bf16), torch.zeros(40, 32, dtype=bf16), n_tile=64)
+    tcgen05_tile.matmul_t(torch.zeros(100, 16, dtype=bf16), torch.zeros(40, 16, dtype=bf16), n_tile=64)
+    pipeline.row_sum(torch.zeros(129, 36))
+    assert [key[0] for key, _ in dry_run] == ["vector_add", "scale", "polyval", "tma_copy", "tma_copy", "wgmma",
+                                              "tcgen05", "row_sum"]
+
+
 # ------------------------------------------------------------------ GPU: run and compare with torch
 
 def _generator():

@@ -128,7 +128,7 @@ def store_accumulator(acc, c, bm, bn, tidx, tile: cutlass.Constexpr):
 @cute.jit
 def tcgen05_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, n_tile: cutlass.Constexpr, stream):
     tile = (BLOCK_M, n_tile, a.shape[1])
-    k_major = tcgen05.OperandMajorMode.K
+    k_major = cute.nvgpu.OperandMajorMode.K
     tiled_mma = sm100_utils.make_trivial_tiled_mma(cutlass.BFloat16, cutlass.BFloat16, k_major, k_major,
                                                    cutlass.Float32, tcgen05.CtaGroup.ONE, (BLOCK_M, n_tile))
     a_smem = sm100_utils.make_smem_layout_a(tiled_mma, tile, cutlass.BFloat16, 1)
