@@ -105,7 +105,15 @@ def auto_variant(N: int, D: int, K: int) -> str:
     (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
     than the second CTA's overlap. At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 %
     slower there in both full runs that timed it (7f811bc, 7062732), and 4-10 % faster at 65536 x 256 x 4096."""
-    return "wide" if D >= 256 and K >= 4096 else "norm_broadcast"
+    return "wide" if D >= 256 and K >= 4096 and ping_pong_fits(D) else "norm_broadcast"
+
+
+def ping_pong_fits(D: int) -> bool:
+    """Whether the ring holds a whole tile's D blocks at the wide tile width. The ping-pong warpgroups must: a
+    ring slot goes back to the producer only when both warpgroups are done with it, and the warpgroup waiting
+    for its turn holds none of them, so with fewer slots than D blocks the issuing warpgroup waits forever
+    for a slot only its partner could release (D > 256 for 16-bit inputs)."""
+    return stages_for(D, WIDE_BLOCK_N) >= _d_padded(D) // BLOCK_D
 
 
 def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:
@@ -154,9 +162,12 @@ def check_shape(D: int, dtype: torch.dtype = torch.bfloat16) -> None:
                          f"from {D_MULTIPLE} to {D_MAX}")
 
 
-def check_variant(variant: str) -> None:
+def check_variant(variant: str, D: int | None = None) -> None:
     if variant not in VARIANTS:
         raise ValueError(f"variant {variant!r} does not exist for sm_90a; choose from {VARIANTS}")
+    if D is not None and VARIANT_SPECS[variant].ping_pong and not ping_pong_fits(D):
+        raise ValueError(f"variant {variant!r} takes D up to 256 (its ring must hold a whole 256-wide tile's "
+                         f"D blocks); got D={D}: use 'norm_broadcast'")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -413,8 +424,8 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
 
     N and K are runtime values of the kernel (one compilation serves all); D is baked in.
     """
-    check_variant(variant)
     check_shape(D, dtype)
+    check_variant(variant, D)
     return sass.compile_for(HopperAssign(variant, D, _cutlass_dtype(dtype)), *_placeholder_args(dtype),
                             arch="sm_90a", dump_dir=dump_dir)
 
@@ -428,9 +439,9 @@ def _launches(variant: str, D: int, dtype: torch.dtype) -> launch.LaunchCache:
 
 def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
     """Launch on CUDA tensors validated by kmeans_kernels.check_inputs; fills `out` (int32 [N])."""
-    check_variant(variant)
     D = x.shape[1]
     check_shape(D, x.dtype)
+    check_variant(variant, D)
     x_addr, c_addr = x.data_ptr(), c.data_ptr()
     for name, addr in (("x", x_addr), ("c", c_addr)):
         if addr % 16:

@@ -116,6 +116,17 @@ def test_auto_variant_is_a_variant():
     assert hopper.auto_variant(65536, 256, 512) == hopper.auto_variant(1 << 20, 128, 4096) == "norm_broadcast"
 
 
+@pytest.mark.parametrize("D", [320, 384, 512])
+def test_wide_is_refused_where_its_ring_cannot_hold_a_tile(D):
+    """Past D = 256 the wide ring holds fewer slots than a tile has D blocks, and the ping-pong warpgroups would
+    wait for each other forever: auto must not pick it, and asking for it must fail before any launch."""
+    assert hopper.stages_for(D, hopper.WIDE_BLOCK_N) < D // hopper.BLOCK_D
+    assert hopper.auto_variant(1 << 20, D, 16384) == "norm_broadcast"
+    with pytest.raises(ValueError, match="D up to 256"):
+        hopper.compile("wide", 1024, D, 4096)
+    assert hopper.ping_pong_fits(256) and hopper.ping_pong_fits(128)
+
+
 # ------------------------------------------------------------------ GPU: answers
 
 def small_integers(n: int, d: int, gen: torch.Generator, lo: int = -3, hi: int = 4) -> torch.Tensor:
@@ -151,6 +162,15 @@ def test_exact_on_small_integers(variant, N, D, K):
     gen = torch.Generator().manual_seed(N * 7919 + D * 31 + K)
     x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()
     assert_equal(run(variant, x, c), reference.assign(x, c), f"{variant} N={N} D={D} K={K}")
+
+
+@gpu
+@needs_hopper
+def test_auto_past_d256_with_many_centroids_finishes_and_is_exact():
+    """auto at D = 512, K = 4096 once picked the wide ping-pong kernel, whose ring cannot hold a tile there."""
+    gen = torch.Generator().manual_seed(512)
+    x, c = small_integers(300, 512, gen).cuda(), small_integers(4096, 512, gen).cuda()
+    assert_equal(kmeans_kernels.assign(x, c), reference.assign(x, c), "auto N=300 D=512 K=4096")
 
 
 def fp32_error_bound(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:

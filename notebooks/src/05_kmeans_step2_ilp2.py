@@ -1,265 +1,207 @@
 # %% [markdown]
-# # 03 · ILP2: two compare-select chains instead of one
+# # 05 · k-means step 2: ILP2, two compare-select chains per row instead of one
 #
-# The serial kernel of notebook 02 scans each row with one chain: every compare waits for the select before it.
-# The first change of flashlib PR #22 (seed 000) splits that chain in two, over the even and the odd columns, and
-# merges the two winners once at the very end. Same work, half the dependency depth: the scheduler can interleave
-# the two chains and hide the latency of each compare-select behind the other.
+# Step 1 scans each row with one chain: every compare waits for the select before it. The first change of the seed PR
+# (flashlib #22, on a B200) splits that chain in two, over the even and the odd columns, and merges the two winners once
+# at the very end: the same work with half the dependency depth, so the scheduler can hide each compare-select's latency
+# behind the other chain. `kmeans_kernels/steps/step2_ilp2.py` is step 1 with that change and nothing else.
 #
-# **After this notebook you will know**
+# **Objectives.** After this notebook you can
 #
-# * what `reduce.scan_ilp2` and `reduce.merge_chains` do, and why the answer (ties, NaN) does not change;
-# * how to *measure* "two independent chains" in the SASS: the compare-select dependency depth, serial vs ILP2;
-# * what it did on the H200 per shape, and what the PR author measured on a B200.
-#
-# Everything runs on a CPU; the kernels are compiled for `sm_90a`, not run, unless an H100/H200 is present.
+# * read the change as a diff of two files, and say why the answer (ties, NaN) cannot change;
+# * measure "two independent chains" in the SASS (the chain depth, at an unchanged instruction count);
+# * read the H200's verdict on it, with its 95 % interval, and explain it with the WGMMA layout, the issue budget of a
+#   tile's scan and the profiler's stall reasons.
 
 # %%
-import inspect
-
-import matplotlib.patches as patches
 import matplotlib.pyplot as plt
 import pandas as pd
-import torch
-from IPython.display import Markdown, display
+from IPython.display import display
 
-from kmeans_kernels import hopper, reduce, reference, sass_checks
-from kmeans_kernels import seeds as pr
-from workbook import gpus, plots, records
+from kmeans_kernels import sass_checks
+from kmeans_kernels.steps import anatomy, evidence, exercises, results, step1_serial, step2_ilp2, trial, try_step
+from workbook import ROOT, gpus, plots, records, stepper, timing
 
+run, NOTE = results.latest_run()
 print(gpus.describe())
+print(NOTE)
 
 # %% [markdown]
-# ## 1. The idea: latency, not work
+# ## 1. The idea and its arithmetic: latency, not work
 #
-# A compare-select pair (`FSETP` then `FSEL`) takes a few cycles of latency before its result can be used. With
-# one chain, a warp issues one pair and waits; with two independent chains it issues a pair of each and waits
-# once. The count of instructions is the same; the length of the critical path halves. Schematic, for 8 columns
-# of one row:
-
-# %%
-def draw_chains(ax, columns=8, latency=1.0):
-    for name, y, chains, color in (("serial: 1 chain", 1.2, 1, "#9ecae1"), ("ilp2: 2 chains", 0.0, 2, "#fdae6b")):
-        for j in range(columns):
-            chain = j % chains
-            step = j // chains
-            x0 = step * latency
-            ax.add_patch(patches.FancyBboxPatch((x0, y + 0.45 * chain), 0.85 * latency, 0.38,
-                                                boxstyle="round,pad=0.02", color=color))
-            ax.text(x0 + 0.42 * latency, y + 0.45 * chain + 0.19, f"col {j}", ha="center", va="center", fontsize=7)
-            if step:
-                ax.annotate("", xy=(x0, y + 0.45 * chain + 0.19), xytext=(x0 - 0.15 * latency, y + 0.45 * chain + 0.19),
-                            arrowprops=dict(arrowstyle="->", color="0.3", lw=0.8))
-        ax.text(columns * latency + 0.1, y + 0.2 * chains, f"{name}\ndepth {columns // chains}", va="center",
-                fontsize=8)
-    merge_x = columns // 2 * latency + 0.3
-    ax.add_patch(patches.FancyBboxPatch((merge_x, 0.2), 0.85 * latency, 0.45, boxstyle="round,pad=0.02",
-                                        color="#a1d99b"))
-    ax.text(merge_x + 0.42 * latency, 0.42, "merge\n(s, k)", ha="center", va="center", fontsize=7)
-    for y in (0.19, 0.64):
-        ax.annotate("", xy=(merge_x, 0.42), xytext=(merge_x - 0.45, y), arrowprops=dict(arrowstyle="->", lw=0.8))
-    ax.set_xlim(-0.2, columns * latency + 1.8)
-    ax.set_ylim(-0.2, 1.8)
-    ax.axis("off")
-    ax.set_title("One compare-select per column; a box waits for the box before it in its chain. "
-                 "ILP2 pays one merge at the end (after the last tile, not per tile).", fontsize="medium")
-
-
-fig, ax = plt.subplots(figsize=(11, 2.6), layout="constrained")
-draw_chains(ax)
-plt.show()
-
-# %% [markdown]
-# ## 2. The code
+# A thread scans 32 columns per row and tile. Serial: one chain of 32 compare-selects per row, each link an `FSETP`
+# then the `FSEL` the next `FSETP` reads, 64 dependent instructions. Two chains over the even and odd columns: 32 per
+# chain, the same 64 scores × (compare + 2 selects) of work, plus one `(score, index)` merge per row after the last
+# tile (not per tile). If the scan waits on latency, that halves its time; if it waits on issue slots, it changes
+# nothing.
 #
-# `scan_ilp2` keeps two (score, index) pairs per row, chain 0 over the even columns and chain 1 over the odd ones
-# (from the package, `kmeans_kernels/reduce.py`):
-
-# %%
-print(inspect.getsource(reduce.scan_ilp2))
-
-# %% [markdown]
-# The chains live in the running-winner tensors `(chains, rows)` from `reduce.new_winners`, so they carry across
-# all centroid tiles. Only after the last tile does the kernel fold chain 1 into chain 0, by (score, index), and then
-# merge the four lanes of the quad as in notebook 02:
-
-# %%
-print(inspect.getsource(reduce.merge_chains))
-src = inspect.getsource(hopper.HopperAssign.kernel)
-start = src.index("            reduce.merge_chains")
-print("...in HopperAssign.kernel, after the tile loop:\n" + src[start:].rstrip())
-
-# %% [markdown]
-# In the Hopper backend the choice is one table, `hopper.VARIANT_SPECS` (variant → scan, and what else the
-# variant changes), and `chains_of` sizes the winner tensors:
-
-# %%
-print("scan per variant:", {v: spec.scan for v, spec in hopper.VARIANT_SPECS.items()})
-print({scan: reduce.chains_of(scan) for scan in reduce.SCANS})
-
-# %% [markdown]
-# **Why the answer does not change.** Each chain is itself a serial scan in increasing column order, so it keeps the
-# lowest index among its own equal scores, and never a NaN. Two tied columns in different chains (an even and an odd
-# one) are resolved by the merge, which compares `(score, index)` pairs: the lower index wins. That is a total order,
-# so the result is the reference's whatever the split. A model of the data flow in plain Python, on fresh random
-# small-integer data with many exact ties and some NaN centroids, against `kmeans_kernels.reference`:
-
-# %%
-def beats_pair(a, b):
-    """reduce.beats in Python: (score, index) a comes before b."""
-    return a[0] < b[0] or (a[0] == b[0] and a[1] < b[1])
-
-
-def ilp2_model(row_scores):
-    """Per lane of the quad: chains over even / odd columns, merge_chains; then merge_lanes."""
-    lanes = []
-    for q in range(4):
-        chains = [(float("inf"), reduce.NO_WINNER)] * 2
-        mine = [k for k in range(len(row_scores)) if (k % 8) // 2 == q]   # lane q's columns, increasing
-        for j, k in enumerate(mine):
-            if row_scores[k] < chains[j % 2][0]:
-                chains[j % 2] = (row_scores[k], k)
-        lanes.append(chains[1] if beats_pair(chains[1], chains[0]) else chains[0])
-    for offset in (1, 2):
-        lanes = [lanes[q ^ offset] if beats_pair(lanes[q ^ offset], lanes[q]) else lanes[q] for q in range(4)]
-    return lanes[0][1]
-
-
-g = torch.Generator().manual_seed(int(torch.randint(0, 2**31, ()).item()))  # fresh data on every run
-x = torch.randint(-2, 3, (300, 32), generator=g).to(torch.bfloat16)
-c = torch.randint(-2, 3, (256, 32), generator=g).to(torch.bfloat16)
-c[torch.randperm(256, generator=g)[:20], 0] = float("nan")
-s = reference.scores(x, c)
-want = reference.assign(x, c)
-got = torch.tensor([ilp2_model(row.tolist()) for row in s], dtype=torch.int32)
-best = s.nan_to_num(nan=float("inf")).min(1, keepdim=True).values
-split_ties = sum(len({k % 2 for k in torch.nonzero(row == b).flatten().tolist()}) == 2 for row, b in zip(s, best))
-print(f"{split_ties} rows have their best score tied between an even and an odd column; the model agrees with "
-      f"the reference on {int((got == want).sum())} of {len(x)} rows")
-assert torch.equal(got, want)
-
-# %% [markdown]
-# ## 3. The evidence: the chain is half as deep
+# ## 2. The code that changed
 #
-# Both variants compiled for `sm_90a` (a few seconds each). `sass_checks.compare_select_depth` walks a def-use graph
-# over registers and predicates and returns the longest path through compare-select ops; as in notebook 02 we give it
-# the Hopper scan block (the branch-free run with the most compare-selects; Hopper has no TMEM load to start from).
-# Every score is one `FADD`, which counts the tiles in that block.
+# The diff from step 1 to step 2 (the module docstrings left out; they are the prose of this notebook):
 
 # %%
-arts = {v: hopper.compile(v, 65536, 128, 4096) for v in ("serial", "ilp2")}
+stepper.diff(step1_serial, step2_ilp2, module_docstring=False)
 
-
-def scan_evidence(sass_text):
-    block = sass_checks.scan_block(sass_text, after=None)
-    depth = sass_checks.compare_select_depth(sass_text, after=None)
-    work = sass_checks.compare_select_count(sass_text, after=None)
-    tiles = sum(ins.base == "FADD" for ins in block) / (2 * hopper.BLOCK_N // 4)   # 2 rows x 32 columns
-    return {"tiles in the scan block": tiles, "compare-select ops": work, "per tile": work / tiles,
-            "chain depth": depth, "depth per tile": depth / tiles}
-
-
-evidence = pd.DataFrame({v: scan_evidence(a.sass) for v, a in arts.items()}).T
-display(evidence.style.format("{:g}"))
-ratio = evidence.loc["ilp2", "chain depth"] / evidence.loc["serial", "chain depth"]
-print(f"ILP2 / serial depth = {ratio:.2f}, with {evidence.loc['ilp2', 'per tile']:g} vs "
-      f"{evidence.loc['serial', 'per tile']:g} compare-selects per tile")
-assert ratio < 0.6 and evidence.loc["ilp2", "per tile"] == evidence.loc["serial", "per tile"]
+# %% [markdown]
+# **Why the answer does not change.** Each chain is itself a serial scan in increasing column order: it keeps the
+# lowest index among its own equal scores and never a NaN. Tied columns in different chains (an even and an odd one)
+# meet in `merge_chains`, which compares `(score, index)` pairs, a total order: the lower index wins, whichever chain
+# holds it. The check in section 4 tests exactly that case (centroid 2 and its copy in column 3, the other chain).
+#
+# **Exercise 1 (predict).** How deep is the longest compare-select chain per tile in step 2? And how many independent
+# chains did a thread of step 1 already have (look at section 3 of notebook 04)?
 
 # %%
-fig, ax = plt.subplots(figsize=(6, 3), layout="constrained")
-bars = ax.barh(["serial", "ilp2"], evidence["depth per tile"], color=["#9ecae1", "#fdae6b"])
-ax.bar_label(bars, fmt="%g", padding=3)
+my_depth, my_chains = None, None   # your predictions
+for checker, answer in ((exercises.ilp2_depth, my_depth), (exercises.independent_chains, my_chains)):
+    print(checker(answer) if answer is not None else f"{checker.__name__}: set your prediction and re-run.")
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# 32 (each chain scans 16 columns of a row: `exercises.ilp2_depth(32)`), and 2: one per row, and a thread holds rows
+# `r0` and `r0 + 8` (`exercises.independent_chains(2)`). ILP2 makes that 4.
+# </details>
+#
+# ## 3. The evidence in the SASS
+#
+# Both steps compiled for `sm_90a`. The table is `kmeans_kernels.steps.anatomy` per tile and thread; under it, the
+# opcode counts of one tile's scan that changed (`workbook.stepper.sass_delta` of the two scan blocks).
+
+# %%
+arts = {"step1_serial": trial.compiled(step1_serial), "step2_ilp2": trial.compiled(step2_ilp2)}
+display(anatomy.table(arts))
+blocks = {n: sass_checks.scan_block(a.sass, after=None) for n, a in arts.items()}
+display(stepper.sass_delta(blocks["step1_serial"], blocks["step2_ilp2"], changed_only=True))
+chains = evidence.chains({"step1_serial": step1_serial, "step2_ilp2": step2_ilp2})
+display(chains)
+
+# %%
+fig, ax = plt.subplots(figsize=(7, 2.8), layout="constrained")
+depth = chains.loc["chain depth per tile"]
+bars = ax.barh(list(depth.index), depth.values, color=["#9ecae1", "#fdae6b"])
+ax.bar_label(bars, fmt="%.3g", padding=3)
 ax.invert_yaxis()
 ax.set_xlabel("longest compare-select chain per tile (SASS, sm_90a, D = 128)")
-ax.set_title("Same work, half the critical path", fontsize="medium")
+ax.set_title("The same compare-selects per tile, half the critical path", fontsize="medium")
 ax.spines[["top", "right"]].set_visible(False)
-plots.caption(ax, "compiled here with hopper.compile; depth by sass_checks.compare_select_depth")
+plots.caption(ax, "compiled here; kmeans_kernels.sass_checks.compare_select_depth on the scan block")
 plt.show()
 
 # %% [markdown]
-# A caveat the SASS already hints at: a Hopper thread scans **two rows** (`r` and `r + 8` of the WGMMA layout), and
-# those are independent chains already. So the serial kernel has 2 chains in flight per thread and ILP2 has 4. The
-# B200 kernel of the PR gives each thread one row (one TMEM lane), so there ILP2 goes from 1 chain to 2. Expect a
-# smaller effect here than in the PR; the measurements decide.
-#
-# ## 4. The number: H200, serial vs ILP2
-#
-# From `data/measured/h200/kmeans_assign.csv` (written by `make bench-kmeans` on an H200; the most recent run that
-# measured both variants). Speedup = serial median / ILP2 median − 1.
+# ## 4. Check it, time it
 
 # %%
-TABLE = records.path("h200", "kmeans_assign")
-SOURCE = TABLE.relative_to(records.DATA.parent)
-SHAPE = ["N", "D", "K"]
+try_step(step2_ilp2)
 
+# %% [markdown]
+# ## 5. The number: step 2 / step 1 on the H200
+#
+# Both timings from the step benchmark (interleaved rounds: each round times every contender both ways within
+# milliseconds, so the clock's drift cancels in each round's ratio; the interval is a bootstrap over the rounds). One
+# point per shape; a ratio whose interval straddles 1 is noise.
 
-measured = records.last_run(records.read("h200", "kmeans_assign"), [("ours", "serial"), ("ours", "ilp2")],
-                            min_shapes=13)   # a run that timed all 13 seed shapes
-table = records.versus(measured, "ilp2", "serial", SHAPE) if not measured.empty else pd.DataFrame()
-if table.empty:
-    display(Markdown(f"**No H200 run with both `serial` and `ilp2` in `{SOURCE}` yet.** They are recorded on an "
-                     "H200 with `make bench-kmeans`; re-run this notebook afterwards. No number is shown until it "
-                     "is measured."))
+# %%
+if run.empty:
+    print(NOTE)
 else:
-    display(table.style.hide(axis="index").format(precision=4).format({"speedup %": "{:+.1f}"}))
-    fig = plots.speedup_bars(pr.shape_labels(table, sep="\n"), table["speedup %"].tolist(),
-                             title="H200: ILP2 vs serial (our kernels)", xlabel="N x D x K",
-                             source=f"{SOURCE} ({', '.join(measured['gpu'].unique())}), kmeans_kernels.bench")
+    for t in timing.TIMINGS[::-1]:
+        display(results.table_3sig(results.ratios(run, "ours/step2_ilp2", t)).set_caption(f"{t} time"))
+    fig = results.plot_ratios(run, ["ours/step2_ilp2"], NOTE)
     plt.show()
-    resolved = (table["serial ms"] - table["ilp2 ms"]).abs() > table[["serial range", "ilp2 range"]].max(axis=1)
-    print(f"{int(resolved.sum())} of {len(table)} shapes differ by more than the larger min-max spread of the two "
-          "kernels; the others are within the noise of the measurement.")
-    print("provenance of these rows:")
-    display(measured[list(records.PROVENANCE)].drop_duplicates().style.hide(axis="index"))
-
-# %% [markdown]
-# How to read it: the `range` columns are the spread (slowest − fastest of the 30 timed calls) of each kernel. A
-# speedup smaller than that spread is not a result, however the bar looks.
-#
-# ## 5. What the PR author measured on a B200 (not here)
-#
-# Seed 000 lists, per shape, which path the PR ships and how much faster than `main` it was. The rows where that path
-# is ILP2 (`data/pr/`, transcribed; measured on a B200 by the PR author, not here):
 
 # %%
-main = pr.main_table()
-ilp2_rows = main[main.pr_path == "ilp2"]
-display(ilp2_rows.drop(columns="source").style.hide(axis="index"))
-fig = plots.speedup_bars(pr.shape_labels(ilp2_rows, sep="\n"), ilp2_rows["improvement_pct"].tolist(),
-                         title="PR #22 vs main, shapes where it ships ILP2\n(B200, measured by the PR author)",
-                         xlabel="N x D x K", source=f"data/pr/kmeans_pr22_main.csv (seed {pr.SEED_KMEANS}); "
-                                                    "B200, not measured here")
-plt.show()
-at_d64 = ilp2_rows[ilp2_rows.D == 64].sort_values("K")["improvement_pct"]
-assert at_d64.is_monotonic_increasing and ilp2_rows[ilp2_rows.D == 256]["improvement_pct"].max() > at_d64.max()
+if not run.empty:
+    for t in timing.TIMINGS[::-1]:
+        r = results.ratios(run, "ours/step2_ilp2", t)
+        g = results.geomean_ci(r.ratio, r.lo, r.hi)
+        verdict = "faster" if g[2] < 1 else "slower" if g[1] > 1 else "no different (noise)"
+        print(f"{t}: step 2 / step 1 = {g[0]:.3g} [{g[1]:.3g}, {g[2]:.3g}] geomean over {len(r)} shapes: {verdict}; "
+              f"per shape {dict(r.verdict.value_counts())}")
 
 # %% [markdown]
-# On the B200, the gain grows with `K` at `D = 64` (0.1 % → 5.3 %), is largest at `D = 256` (9 % to 16 % from
-# `K = 4096` up), and is nothing at `65,536 x 64 x 512`, a kernel of a few tens of microseconds where the scan is a
-# small part of the time. (At `D = 128` the PR ships norm broadcast instead: next notebook.)
-#
-# ## 6. On an H100/H200: run it
+# The production kernels (`kmeans_kernels.hopper`, two CTAs per SM) have the same two scans; the assignment
+# benchmark has timed them side by side on the H200 since the first run (`data/measured/h200/kmeans_assign.csv`):
 
 # %%
-spec = gpus.current()
-if spec is not None and spec.arch == "sm_90a":
-    import kmeans_kernels
-    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ()).item()))
-    x = torch.randint(-3, 4, (4099, 128), device="cuda", generator=g).to(torch.bfloat16)
-    c = torch.randint(-3, 4, (1000, 128), device="cuda", generator=g).to(torch.bfloat16)
-    want = reference.assign(x, c)
-    for v in ("serial", "ilp2"):
-        print(v, "equals the reference bit for bit:", torch.equal(kmeans_kernels.assign(x, c, variant=v), want))
+assign_runs = records.read("h200", "kmeans_assign")
+both = records.last_run(assign_runs, [("ours", "serial"), ("ours", "ilp2")], min_shapes=13)
+if both.empty:
+    print("no run of kmeans_assign.csv timed both serial and ilp2 on the 13 seed shapes")
 else:
-    print(f"No H100/H200 here ({gpus.describe()}): the kernels above were compiled and inspected, not run.")
+    per_shape = records.versus(both, "ilp2", "serial", ["N", "D", "K"])
+    print(f"production ilp2 vs serial, {len(per_shape)} shapes, run of {both.date.iloc[0]} (commit "
+          f"{both.commit.iloc[0]}): geomean serial time / ilp2 time = "
+          f"{timing.geomean(per_shape['serial ms'] / per_shape['ilp2 ms']):.3g} (the seeds' synchronised median, "
+          "no interval: that benchmark predates the rounds)")
 
 # %% [markdown]
-# ## Take-aways
+# ## 6. Why ILP2 does not pay on Hopper, where it does not
 #
-# * ILP2 keeps the work and halves the dependency depth of the scan; the SASS shows it: the same compare-selects
-#   per tile, a chain half as deep.
-# * The answer is unchanged because both the chain merge and the lane merge compare `(score, index)` pairs.
-# * How much it buys depends on how many chains were in flight before: one per thread on the B200, two per thread
-#   on Hopper (two rows). The next notebook, `04_kmeans_norm_broadcast`, attacks the other per-column cost: loading
-#   the half norms.
+# Three pieces of evidence, two of them computed here:
+#
+# 1. **The layout.** Each thread already holds two rows (section 3 of notebook 04), so step 1 already has two
+#    independent chains per thread, and with 8 consumer warps on an SM's 4 schedulers each scheduler picks among
+#    2 warps × 2 chains. The seed's B200 kernel gives a thread one row of TMEM: there ILP2 goes from 1 chain to 2.
+# 2. **The issue budget.** A tile's scan is a few hundred instructions per thread, issued one per cycle per
+#    scheduler for 2 warps; against the WGMMA time of the same tile (the floor's tensor rate per SM):
+
+# %%
+display(pd.DataFrame({n: evidence.issue_budget(a, 128) for n, a in arts.items()}).style.format("{:.3g}"))
+
+# %% [markdown]
+#    The critical path of a chain is its depth times the latency of a dependent compare-select pair (a few cycles),
+#    far below the issue cycles: the scan is bound by how many instructions it issues, and ILP2 issues as many.
+# 3. **The profiler.** `python tools/ncu_kmeans_steps.py` on the H200 profiles steps 1-3 at one shape for stall
+#    reasons (warps stalled per issued instruction) and issue-slot use:
+
+# %%
+NCU = records.MEASURED / "h200" / "kmeans_steps_ncu.txt"
+if NCU.exists():
+    print(NCU.read_text().splitlines()[0].lstrip("# "))
+    display(evidence.stall_table(evidence.read_ncu(NCU)).style.format("{:.3g}"))
+else:
+    print(f"not recorded yet: {NCU.relative_to(ROOT)} is written by `python tools/ncu_kmeans_steps.py` on an H200")
+
+# %% [markdown]
+# How to read it: a latency-bound scan shows warps stalled on `short scoreboard` / `wait` (waiting for a result) with
+# few eligible warps and issue slots idle; an issue-bound one shows busy issue slots and `not selected` / `math pipe
+# throttle` stalls (a warp was ready but another issued). ILP2 can only help the first.
+#
+# ## 7. Exercise 2 (edit and run): merge the chains by score only
+#
+# In an editable copy of step 2, change `merge_chains` to take chain 1 when its score is strictly smaller, ignoring the
+# index (`take = best_score[1, r] < best_score[0, r]`). Is the answer still right? Predict, then run `try_step` on the
+# copy (on an H100/H200 the check answers; here it compiles and shows the SASS change).
+
+# %%
+path = stepper.copy_for_editing(step2_ilp2, ROOT / "build" / "my_steps")
+print(f"your copy: {path.relative_to(ROOT)}; edit it, then run try_step(path)")
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# Wrong on some ties. Chain 0 holds the first best column among the even `j`, chain 1 among the odd `j`, and the first
+# of a tie can be in either: the check's "ties across chains" case puts centroid 3 in an odd column (chain 1 of lane 1)
+# and copies of it at 10 and 130 (chain 0 of the same lane). Chain 1 keeps 3, chain 0 keeps 10, and a merge by score
+# alone keeps chain 0's 10 where the reference says 3. The index in `beats` is what makes the merge right.
+# </details>
+#
+# ## Take-aways
+
+# %%
+if run.empty:
+    print(f"The H200 verdict on ILP2 appears here once the step benchmark has run ({NOTE}).")
+else:
+    r = results.ratios(run, "ours/step2_ilp2")
+    g = results.geomean_ci(r.ratio, r.lo, r.hi)
+    said = "did not pay" if g[1] <= 1 <= g[2] else ("paid" if g[2] < 1 else "cost time")
+    print(f"On the H200 ILP2 {said}: step 2 / step 1 kernel time {g[0]:.3g} [{g[1]:.3g}, {g[2]:.3g}] (geomean, 95 %).")
+
+# %% [markdown]
+# * ILP2 keeps the work and halves the scan's dependency depth; the SASS shows both.
+# * The answer cannot change: chains and lanes merge by `(score, index)`.
+# * Whether it pays depends on what bounds the scan. On Hopper each thread already runs two chains (two rows), and a
+#   tile's scan issues enough instructions to keep the schedulers busy for most of a tile's WGMMA time: the bound is
+#   issue slots, not latency, and ILP2 issues as many instructions as before. What can help is fewer instructions
+#   (the next notebook, `06_kmeans_step3_norm_broadcast`) or running the scan while the tensor cores work (step 4).

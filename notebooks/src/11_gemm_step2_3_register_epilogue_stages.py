@@ -1,351 +1,259 @@
 # %% [markdown]
-# # 07 · The register-direct epilogue, and what the freed bytes buy: 4 → 7 stages
+# # 11 · GEMM steps 2 and 3: the register epilogue, and the stages it buys
 #
-# Notebook 06 ended with a GEMM whose output leaves through a shared-memory buffer. Seed 004's main change removes that
-# buffer on the B200: the epilogue stores straight from registers to global memory, 16 bytes per instruction, and the
-# 64 KiB it freed become three more pipeline stages (4 → 7). This notebook takes the same step on Hopper, and checks the
-# B200 version of it by compilation.
+# Seed 004's main change on the B200 removes the epilogue's shared-memory buffer: the output goes from registers
+# straight to global memory, 16 bytes per instruction, and the freed 64 KiB become three more pipeline stages
+# (4 → 7). This notebook takes the two halves of that change on Hopper, one step file each:
+# [`step2_register_epilogue.py`](../gemm_kernels/steps/step2_register_epilogue.py) (the epilogue) and
+# [`step3_more_stages.py`](../gemm_kernels/steps/step3_more_stages.py) (the stages), and then asks what they did on
+# the H200, and why.
 #
 # **After this notebook you will know**
 #
-# * why a direct store needs each thread to hold **8 consecutive columns**, why the WGMMA layout does not give that, and
-#   how a **4 × 4 transpose inside each quad of lanes** (two butterfly shuffles) fixes it;
-# * how the freed shared memory turns into stages: 4 → 7 for the seed's B200 tile, and what it is worth for our Hopper
-#   tiles (not the same!);
-# * the SASS evidence on both GPUs: no `STSM`/`STS` and no `UTMASTG` in the epilogue, `STG.E.128` instead;
-# * what it did on the H200, next to the seed's B200 before/after table.
+# * why a 16-byte store needs each thread to hold 8 consecutive columns, why WGMMA does not give that, and how two
+#   **butterfly shuffles** inside each quad of lanes fix it;
+# * the **stage arithmetic per tile and per GPU**: on Hopper a 128 × 256 × 64 stage is 48 KiB, three times what the
+#   epilogue freed, so the bytes buy a stage only on a smaller tile;
+# * the B200 side: the seed's `tcgen05.ld.16x256b` + `shfl.bfly` transpose, and what our Blackwell build compiles to;
+# * what the H200 measured for both steps, and the evidence for why neither moves the number there.
 #
-# Everything runs on a CPU; the kernels are compiled (for `sm_90a` and `sm_100a`), not run, unless a GPU is present.
+# Everything runs on a CPU (compiled, not run, for `sm_90a` and `sm_100a`); checks and timings need an H100/H200.
 
 # %%
-import inspect
-
-import matplotlib.patches as patches
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
-import torch
-from IPython.display import Markdown, display
+from IPython.display import HTML, display
 
-from gemm_kernels import blackwell, hopper, stages
-from gemm_kernels import seeds as pr
-from workbook import gpus, plots, records
-from workbook import sass as sass_tools
+from gemm_kernels import blackwell, stages, steps
+from gemm_kernels.steps import drawings, evidence, exercises, findings
+from gemm_kernels.steps import step1_four_stages as step1
+from gemm_kernels.steps import step2_register_epilogue as step2
+from gemm_kernels.steps import step3_more_stages as step3
+from workbook import gpus, stepper
 
+pd.set_option("display.precision", 3)
 print(gpus.describe())
 
 # %% [markdown]
-# ## 1. The layout problem
+# ## 1. Step 2: why a direct store needs a transpose
 #
-# A 128-bit store writes 16 contiguous bytes: 8 bf16 values of one row. After WGMMA, lane `q` of a quad (`q = lane % 4`)
-# holds, in every 8-column group `g` of its two rows, only the columns `8g + 2q` and `8g + 2q + 1`: one 32-bit word
-# (a bf16 pair) per group. Take 4 adjacent groups (32 columns): the quad holds a 4 × 4 matrix of words, **lane q has
-# row q of it (one word of each group), but a store wants a column (all four words of one group)**. Transposing the
-# 4 × 4 matrix across the 4 lanes gives lane `q` all 8 columns of group `4j + q`: one `st.global.v4`.
-#
-# The transpose takes two butterfly steps. In step `m` (1, then 2), lanes `q` and `q ^ m` swap the 2 × 2 blocks that are
-# in the wrong place, one shuffle per pair of words. A model of the exchange in plain Python (the kernel's version,
-# `hopper._quad_transpose`, follows below):
+# A 16-byte store (`st.global.v4`, SASS `STG.E.128`) writes 8 consecutive bf16 values of one row. After WGMMA, lane
+# `q` of a quad (`q = lane % 4`) holds, in each 8-column group `g` of its two rows, only columns `8g + 2q` and
+# `8g + 2q + 1`: one 32-bit word (a bf16 pair) per group. Four adjacent groups, 32 columns, are then a 4 × 4 matrix of
+# words spread over the quad: **lane q holds row q of it, a store wants a column**. Two butterfly steps (xor 1, then
+# xor 2), each swapping the 2 × 2 blocks that are out of place between lanes `q` and `q ^ m`, transpose it:
 
 # %%
-def quad_transpose_model(words):
-    """words[q][t]: word t of lane q. The same two butterfly steps as hopper._quad_transpose, lanes as list entries."""
-    w = [list(row) for row in words]
-    for m in (1, 2):
-        sent = [[None] * 4 for _ in range(4)]
-        for q in range(4):                      # what each lane puts on the shuffle, per pair (t, t | m)
-            upper = (q & m) != 0
-            for t in range(4):
-                if t & m == 0:
-                    sent[q][t] = w[q][t] if upper else w[q][t | m]
-        for q in range(4):                      # shuffle_sync_bfly(offset=m): lane q receives lane q ^ m's value
-            upper = (q & m) != 0
-            for t in range(4):
-                if t & m == 0:
-                    got = sent[q ^ m][t]
-                    lo, hi = w[q][t], w[q][t | m]
-                    w[q][t], w[q][t | m] = (got, hi) if upper else (lo, got)
-    return w
+drawings.quad_transpose()
+plt.show()
+after = drawings.quad_transpose_model(drawings.wgmma_words())
+assert after == [[drawings.wgmma_words()[t][q] for t in range(4)] for q in range(4)]   # lane q: group q, in order
 
-
-before = [[f"g{t}:c{8 * t + 2 * q},{8 * t + 2 * q + 1}" for t in range(4)] for q in range(4)]
-after = quad_transpose_model(before)
-assert after == [[before[t][q] for t in range(4)] for q in range(4)]   # lane q now holds group q, in column order
-print(pd.DataFrame(before, index=[f"lane {q}" for q in range(4)], columns=["word 0", "word 1", "word 2", "word 3"])
-      .to_string(), "\n")
-print(pd.DataFrame(after, index=[f"lane {q}" for q in range(4)], columns=["word 0", "word 1", "word 2", "word 3"])
-      .to_string())
-
+# %% [markdown]
+# In the step file the transpose is eight lines of plain Python that unroll while the kernel is traced: per pair of
+# words, one `shuffle_sync_bfly` and two selects. Four shuffles per row half and 32 columns: 64 per thread for a
+# 256-wide tile.
 
 # %%
-def draw_transpose(axes, before, after):
-    colors = ["#9ecae1", "#fdae6b", "#a1d99b", "#bcbddc"]
-    for ax, grid, title in zip(axes, (before, after), ("after WGMMA: lane q holds word (q, t) of group t",
-                                                       "after 2 butterfly shuffles: lane q holds group q")):
-        for q in range(4):
-            for t in range(4):
-                group = int(grid[q][t].split(":")[0][1:])
-                ax.add_patch(patches.Rectangle((t, q), 0.95, 0.9, color=colors[group]))
-                ax.text(t + 0.47, q + 0.45, grid[q][t].replace(":", "\n"), ha="center", va="center", fontsize=7)
-        ax.set_xlim(-0.1, 4.1)
-        ax.set_ylim(4.1, -0.1)
-        ax.set_yticks(np.arange(4) + 0.45, [f"lane {q}" for q in range(4)])
-        ax.set_xticks(np.arange(4) + 0.45, [f"word {t}" for t in range(4)])
-        ax.set_title(title, fontsize="medium")
-        ax.spines[["top", "right", "left", "bottom"]].set_visible(False)
-    axes[1].text(4.2, 2, "each row =\n8 consecutive\ncolumns =\none STG.E.128", va="center", fontsize=8)
+stepper.excerpt(step2, "def quad_transpose")
 
+# %% [markdown]
+# ## 2. The diff from step 1
+#
+# Everything else is step 1's: the ring, the WGMMAs, the raster. The diff (code only, docstrings aside) removes the
+# TMA store descriptor, the buffer and the `stmatrix` loop, and adds the packing, the transpose and one predicated
+# store per row half and 32 columns: the predicate (`row < M and col < N`) is all the tail handling it needs.
 
-fig, axes = plt.subplots(1, 2, figsize=(11, 3.4), layout="constrained")
-draw_transpose(axes, before, after)
+# %%
+stepper.diff(step1, step2, module_docstring=False)
+
+# %%
+steps.try_step(2)
+
+# %% [markdown]
+# The SASS delta says it in opcodes: `STSM`, `UTMASTG` and the epilogue's 16 `BAR.SYNC` are gone; 16 `STG.E.128` and
+# 64 `SHFL.BFLY` are new (plus the `SEL`s of the transpose), and the launch needs 16 KiB less shared memory.
+#
+# ## 3. Step 3: what the freed bytes buy, per tile and per GPU
+#
+# `gemm_kernels.stages` once more, now with both epilogues. The staged epilogue on Hopper keeps two 128 × 32 buffers
+# (16 KiB); the seed's B200 kernel kept a whole 128 × 256 accumulator per CTA (64 KiB, its `SMEM_OUT`).
+
+# %%
+SUBTILES = dict(epilogue_tile=(128, 32), epilogue_buffers=2)
+tiles = {"H200 128x256x64": ((128, 256, 64), "sm_90a", SUBTILES, None),
+         "H200 128x128x64": ((128, 128, 64), "sm_90a", SUBTILES, None),
+         "B200 256x256x64 pair (seed 004)": ((256, 256, 64), "sm_100a", {}, 4)}
+pairs, rows = {}, []
+for name, (tile, arch, extra, seed_depth) in tiles.items():
+    staged = stages.stages(tile, "staged", arch, depth=seed_depth, **extra)
+    register = stages.stages(tile, "register", arch)
+    pairs[f"{name}, staged"], pairs[f"{name}, register"] = staged, register
+    rows.append({"tile": name, "stage KiB": staged.stage_bytes / 1024, "freed KiB": staged.epilogue_bytes / 1024,
+                 "staged: stages": staged.stages, "register: stages": register.stages,
+                 "stage bought": register.stages > staged.stages})
+display(pd.DataFrame(rows))
+
+# %%
+drawings.smem_budgets(pairs, title="Removing the epilogue buffer: 4 -> 4 and 6 -> 7 on the H200, 4 -> 7 on the B200")
 plt.show()
 
 # %% [markdown]
-# The kernel's epilogue and transpose, from the package. `coords` (the MMA's own partition of an identity tensor) gives
-# each value's (row, column), so the store address is derived, not hard-coded; every 16-byte store is predicated on the
-# row and the column, which is all the tail handling it needs.
+# * **H200, 128 × 256.** A stage is 16 KiB of A + 32 KiB of B = 48 KiB; the epilogue freed 16. The ring stays at
+#   four: on this tile the register epilogue can only pay by being a cheaper epilogue, not by a deeper ring.
+# * **H200, 128 × 128.** A stage is 32 KiB, as on the B200; the freed 16 KiB and the 18 left over make the seventh.
+#   So step 3 takes this tile. It pays for its stages in reuse: each loaded element of A now meets 128 columns of B,
+#   not 256, a third more operand traffic per multiply-add.
+# * **B200 (seed 004).** Each CTA of the pair holds half of A and half of B per stage, 32 KiB; without `SMEM_OUT`
+#   seven fit, the seed's 4 → 7 (the B200 build, `blackwell.DEFAULT_STAGES`, uses exactly these depths).
+#
+# Step 3's kernel is step 2's; the diff is the depth it is compiled with and the tile it defaults to:
 
 # %%
-for part in (hopper.HopperGemm.register_epilogue, hopper.HopperGemm.pack_accumulator, hopper.HopperGemm.store_words):
-    print(inspect.getsource(part))
-print(inspect.getsource(hopper._quad_transpose))
+assert blackwell.DEFAULT_STAGES == {"register": 7, "staged": 4}
+stepper.diff(step2, step3, module_docstring=False)
+
+# %%
+steps.try_step(3)
 
 # %% [markdown]
-# On the **B200** no transpose is needed: the Blackwell accumulator lives in tensor memory, and the epilogue's
-# `tcgen05.ld` gives each thread one row (TMEM lane) and 32 consecutive columns of it, so a thread's registers are
-# already four 16-byte chunks of its row (`gemm_kernels.blackwell`, `register_epilogue`, the loop body):
+# ## 4. The B200 side: the seed's transpose, and ours
+#
+# Seed 004 describes its epilogue as `tcgen05.ld.16x256b.x8 → shfl.sync.bfly (xor 1, 2) → st.global.v4.b32`. In the
+# 16x256b shape (PTX ISA, tensor-memory fragments), register `r` of lane `l` holds row `l/4` (+8 for the second pair
+# of each four registers) and columns `2(l % 4) + r % 2` of 8-column group `r/4`: per 8-column group, each lane of a
+# quad holds one bf16 pair in each of two rows. That is, register for register, the layout a Hopper WGMMA leaves, so
+# the seed's two butterfly shuffles are step 2's quad transpose:
 
 # %%
-src = inspect.getsource(blackwell.Sm100Gemm.register_epilogue)
-print(src[src.index("            for s in cutlass.range(subtiles)"):src.index("            item += pairs")].rstrip())
+same = all(evidence.fragment_16x256b(lane, r) == evidence.wgmma_fragment(lane, r) for lane in range(32) for r in range(64))
+print("tcgen05.ld.16x256b fragment == Hopper WGMMA accumulator layout, all 32 lanes x 64 registers:", same)
+print("lane 5, registers 0-7 hold (row, column):", [evidence.fragment_16x256b(5, r) for r in range(8)])
+assert same
 
 # %% [markdown]
-# One more detail of the seed, kept in our B200 build: the accumulator is handed back to the MMA warp right after the
-# last TMEM load is fenced, *before* the last global stores, so the next tile's MMAs start earlier.
-#
-# ## 2. The freed bytes become stages
-#
-# `gemm_kernels.stages` again (notebook 06), now with the register epilogue, which needs no output buffer:
+# Our Blackwell GEMM (`gemm_kernels.blackwell`, compiled here for `sm_100a`, never run: we have no B200) chose the
+# other TMEM load shape, `32x32b`: one TMEM lane, that is one row of `c`, per thread and 32 consecutive columns per
+# load, so a thread's registers are already four 16-byte pieces of its row and no shuffle is needed. The SASS of both
+# of its builds, beside step 2 on Hopper and the seed's own description:
 
 # %%
-SUBTILE = dict(epilogue_tile=(hopper.TILE_M, hopper.EPI_N), epilogue_buffers=hopper.STAGED_BUFFERS)
-pairs = {
-    "B200 256x256x64 pair (seed 004)": (stages.stages((256, 256, 64), "staged", "sm_100a", depth=4),
-                                         stages.stages((256, 256, 64), "register", "sm_100a")),
-    "H200 128x256x64": (stages.stages((128, 256, 64), "staged", "sm_90a", **SUBTILE),
-                        stages.stages((128, 256, 64), "register", "sm_90a")),
-    "H200 128x128x64": (stages.stages((128, 128, 64), "staged", "sm_90a", **SUBTILE),
-                        stages.stages((128, 128, 64), "register", "sm_90a")),
-}
-summary = pd.DataFrame([{"tile": name, "stage (KiB)": s.stage_bytes // 1024, "staged: buffer (KiB)": s.epilogue_bytes // 1024,
-                         "staged: stages": s.stages, "register: stages": r.stages, "register: unused (KiB)": r.leftover / 1024}
-                        for name, (s, r) in pairs.items()])
-display(summary.style.hide(axis="index").format({"register: unused (KiB)": "{:g}"}))
-assert summary["staged: stages"].tolist() == [4, 4, 6] and summary["register: stages"].tolist() == [7, 4, 7]
-assert blackwell.DEFAULT_STAGES == {"register": 7, "staged": 4}   # the B200 builds use exactly these depths
-
-
-# %%
-def draw_budget_pairs(ax, pairs):
-    labels = []
-    y = 0
-    for name, budgets in pairs.items():
-        for b in budgets:
-            left = 0.0
-            for s in range(b.stages):
-                ax.barh(y, b.stage_bytes / 1024, left=left, color="#6baed6" if s % 2 == 0 else "#9ecae1",
-                        edgecolor="white")
-                left += b.stage_bytes / 1024
-            ax.text(left / 2, y, f"{b.stages} stages x {b.stage_bytes // 1024} KiB", ha="center", va="center",
-                    fontsize=7)
-            if b.epilogue_bytes:
-                ax.barh(y, b.epilogue_bytes / 1024, left=left, color="#fd8d3c", edgecolor="white")
-                ax.text(left + b.epilogue_bytes / 2048, y, f"{b.epilogue_bytes // 1024}", ha="center", va="center",
-                        fontsize=7)
-                left += b.epilogue_bytes / 1024
-            ax.barh(y, b.reserved_bytes / 1024, left=left, color="0.35")
-            labels.append(f"{name}\n{b.epilogue} epilogue")
-            y += 1
-        y += 0.4
-    ax.axvline(227, color="k", linewidth=1)
-    ax.set_yticks([i + 0.4 * (i // 2) for i in range(len(labels))], labels, fontsize=7.5)
-    ax.invert_yaxis()
-    ax.set_xlabel("shared memory of one CTA (KiB); orange: epilogue buffer, dark grey: barriers; line: 227 KiB")
-    ax.spines[["top", "right"]].set_visible(False)
-
-
-fig, ax = plt.subplots(figsize=(11, 4.4), layout="constrained")
-draw_budget_pairs(ax, pairs)
-ax.set_title("Removing the epilogue buffer: 4 -> 7 stages on the B200 tile, 4 -> 4 and 6 -> 7 on our Hopper tiles",
-             fontsize="medium")
-plt.show()
+b200 = {f"B200 ours, {ep}": evidence.blackwell_epilogue(blackwell.compile_gemm(4096, 4096, 4096, epilogue=ep))
+        for ep in ("register", "staged")}
+h200 = evidence.facts(step2.compile(4096, 4096, 4096))
+table = pd.DataFrame(b200).T
+table.loc["H200 step 2"] = {"tcgen05.ld (PTX)": "(none: WGMMA accumulates in registers)", "LDTM (SASS)": "",
+                            "SHFL.BFLY (SASS)": h200["SHFL.BFLY"], "STG.E.128 (SASS)": h200["STG.E.128"],
+                            "UTMASTG (SASS)": h200["UTMASTG"], "STSM / STS.128 (SASS)": h200["STSM"]}
+table.loc["B200 seed 004 (its text)"] = {"tcgen05.ld (PTX)": evidence.SEED_EPILOGUE["tcgen05.ld"],
+                                         "shfl.sync.bfly (PTX)": evidence.SEED_EPILOGUE["shuffle"],
+                                         "st.global.v4 (PTX)": evidence.SEED_EPILOGUE["store"]}
+display(table.fillna("").astype(str))
 
 # %% [markdown]
-# * **B200 (seed 004).** A CTA's stage of the 256 × 256 pair tile is 32 KiB; the 64 KiB buffer held the ring at four,
-#   and without it seven fit (224 KiB), exactly the seed's 4 → 7.
-# * **H200, 128 × 256.** A stage is 48 KiB; our staged epilogue only used 16 KiB (two 128 × 32 sub-tiles), and freeing
-#   them does not make room for a fifth stage. On this tile the register epilogue can only win by being a cheaper
-#   epilogue (no barrier, no `STSM`, no TMA-store wait), not by more stages.
-# * **H200, 128 × 128.** A stage is 32 KiB, as on the B200, and the freed 16 KiB plus the slack make the seventh stage.
-#   But a 128 × 128 tile does half the math per byte loaded of a 128 × 256 one, so more stages may not pay for the
-#   narrower tile. Section 4 says what the H200 measured.
+# One more name from the seed: **CLC**, *cluster launch control*, a Blackwell feature. A running cluster can ask the
+# hardware scheduler to cancel a cluster of the grid that has not launched yet and take over its tile
+# (`clusterlaunchcontrol.try_cancel`): work stealing done by the GPU itself, so a persistent kernel gets the next tile
+# without a global counter. The seed issues that request four K-blocks before a tile ends, so the answer is back when
+# the tile is. Hopper has no CLC; the production Hopper GEMM claims tiles from an atomic counter instead
+# (notebook 13), and our Blackwell build walks a static list.
 #
-# ## 3. The evidence in the machine code
+# ## 5. The number on the H200, and why it does not move
 #
-# Hopper: the staged and the register build of the same 4-stage 128 × 256 kernel, and the 7-stage 128 × 128 register
-# build. Blackwell: seed 004's two builds, staged with 4 stages and register with 7 (`blackwell.compile_gemm`, compiled
-# for `sm_100a` here, not run). About two seconds each.
+# The step benchmark (`python -m gemm_kernels.steps.bench`, `data/measured/h200/gemm_steps.csv`) times each step against
+# the one before it in interleaved rounds; "vs previous" is the median ratio of their times (below 1: faster) with its
+# 95 % interval, and *noise* means the interval straddles 1:
 
 # %%
-# the plain register epilogue, as this notebook builds it (gemm() now defers it: notebook 08, section 7)
-builds = {
-    "H200 128x256 s4 staged": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged",
-                                                  schedule="uniform"),
-    "H200 128x256 s4 register": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4,
-                                                    epilogue="register", schedule="uniform", defer_epilogue=False),
-    "H200 128x128 s7 register": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=7,
-                                                    epilogue="register", schedule="uniform", defer_epilogue=False),
-    "B200 256x256 s4 staged": blackwell.compile_gemm(4096, 4096, 4096, stages=4, epilogue="staged"),
-    "B200 256x256 s7 register": blackwell.compile_gemm(4096, 4096, 4096, stages=7, epilogue="register"),
-}
-COLUMNS = {"STG.E.128": lambda h: h["STG.E.128"],
-           "other STG": lambda h: sum(n for op, n in h.items() if op.startswith("STG") and op != "STG.E.128"),
-           "STSM / STS.128 (to a buffer)": lambda h: h["STSM.16.M88.4"] + h["STS.128"],
-           "UTMASTG (TMA store)": lambda h: sum(n for op, n in h.items() if op.startswith("UTMASTG")),
-           "SHFL.BFLY": lambda h: h["SHFL.BFLY"],
-           "BAR": lambda h: sum(n for op, n in h.items() if op.startswith("BAR")),
-           "MMA (HGMMA / UTCHMMA)": lambda h: sum(n for op, n in h.items() if op.startswith(("HGMMA", "UTCHMMA"))),
-           "LDL + STL": lambda h: sum(n for op, n in h.items() if op.startswith(("LDL", "STL")))}
-evidence = pd.DataFrame({name: {col: f(sass_tools.histogram(art.sass)) for col, f in COLUMNS.items()}
-                         for name, art in builds.items()}).T
-display(evidence)
-for name in builds:
-    row = evidence.loc[name]
-    if "register" in name:
-        assert row["STG.E.128"] > 0 and row["UTMASTG (TMA store)"] == 0 and row["STSM / STS.128 (to a buffer)"] == 0
-    else:
-        assert row["STG.E.128"] == 0 and row["UTMASTG (TMA store)"] > 0 and row["STSM / STS.128 (to a buffer)"] > 0
-# the shuffle counts the text below explains: the quad transpose on Hopper, none on the B200
-assert evidence["SHFL.BFLY"].to_dict() == {"H200 128x256 s4 staged": 0, "H200 128x256 s4 register": 64,
-                                      "H200 128x128 s7 register": 32, "B200 256x256 s4 staged": 0,
-                                      "B200 256x256 s7 register": 0}
+table, note = steps.recorded_report(["step1_four_stages", "step2_register_epilogue", "step3_more_stages"])
+print(note)
+if table is not None:
+    display(table[table.contender != "step1_four_stages"])
 
 # %% [markdown]
-# Reading the table:
-#
-# * every **register** build stores C with `STG.E.128` only (16 bytes per instruction) and has no `STSM`/`STS.128` and
-#   no `UTMASTG`; every **staged** build is the reverse (the one "other STG" of the Hopper builds is not C: it is the
-#   dynamic work schedule zeroing its item counter, notebook 08 section 5);
-# * on Hopper the register build adds butterfly shuffles (`SHFL.BFLY`), the quad transpose: 2 steps × 2 pairs of words = 4 shuffles per row and
-#   32 columns, × 2 rows × 8 blocks of 32 columns = 64 for a 256-wide tile (32 for the 128-wide one); and it drops the
-#   epilogue's named barriers (`BAR`);
-# * on the B200 neither build shuffles: TMEM hands each thread whole rows;
-# * nothing spills.
-#
-# ## 4. The number: H200
-#
-# From `data/measured/h200/gemm.csv` (`make bench-gemm` on an H200; for each comparison, the most recent run that
-# measured both configurations and `torch.matmul`).
-# Two comparisons isolate the two effects: the epilogue alone (`128x256x64 s4`, staged vs register: same stages), and the
-# epilogue with the extra stage (`128x128x64`, staged with 6 stages vs register with 7). `torch.matmul` for scale.
+# The production kernel was timed with the same two changes many times before (`data/measured/h200/gemm.csv`, every
+# benchmark run that timed both configurations, each run a different day or commit): the register epilogue against
+# the staged one at 4 stages on 128 × 256, and 7 stages with the register epilogue against 6 with the staged one on
+# 128 × 128. Gains in % (before's time / after's − 1), per shape, over the runs:
 
 # %%
-TABLE = records.path("h200", "gemm")
-SOURCE = TABLE.relative_to(records.DATA.parent)
-SHAPE = ["M", "N", "K"]
-STEPS = {"epilogue only (128x256, 4 stages)": ("128x256x64 s4 staged uniform", "128x256x64 s4 register uniform"),
-         "epilogue + 7th stage (128x128)": ("128x128x64 s6 staged uniform", "128x128x64 s7 register uniform")}
+gains = {"register vs staged epilogue (128x256, 4 stages)": ("128x256x64 s4 staged uniform", "128x256x64 s4 register uniform"),
+         "7 vs 6 stages (128x128, register vs staged)": ("128x128x64 s6 staged uniform", "128x128x64 s7 register uniform")}
+for title, (before, after) in gains.items():
+    g = findings.variant_gains(before, after)
+    straddle = bool(((g["lowest %"] < 0) & (g["highest %"] > 0)).all())
+    print(f"{title}: runs straddle 0 at every shape: {straddle}; median gains {g['median %'].min():+.1f} .. "
+          f"{g['median %'].max():+.1f} %")
+    display(g.round(1))
 
+# %% [markdown]
+# Where the runs of a shape straddle zero, the change does not move the number beyond what a run moves by itself; the
+# cell says where that holds. The why, from three kinds of evidence:
+#
+# **The arithmetic.** The ring of step 1 already runs ~2.8 µs of loads ahead of the tensor cores (4 K-blocks of
+# ~0.7 µs), several DRAM round trips. A deeper ring hides latency that is already hidden. And the epilogue is a small
+# part of a tile: its 64 KiB of `c` leave once per K loop of K/64 K-blocks.
+#
+# **The kernel's own timeline.** The production kernel stamps the global timer around every row it runs
+# (`hopper.timeline`; notebook 13 draws it). Per row, plain register epilogue against the staged one:
 
-def step_table(df, before, after):
-    """Per shape measured for both configurations and torch: TFLOP/s of each and the gain of `after`."""
-    pick = lambda kernel, variant=None: df[(df.kernel == kernel) & ((df.variant == variant) if variant else True)
-                                           ].set_index(SHAPE)  # noqa: E731
-    b, a, t = pick("ours", before), pick("ours", after), pick("torch")
-    both = b.index.intersection(a.index).intersection(t.index)
-    out = pd.DataFrame({"before TFLOP/s": b.loc[both, "tflops"], "after TFLOP/s": a.loc[both, "tflops"],
-                        "torch TFLOP/s": t.loc[both, "tflops"],
-                        "gain %": 100 * (b.loc[both, "ms_median"] / a.loc[both, "ms_median"] - 1),
-                        "spread %": 100 * (pd.concat([(b.loc[both, "ms_max"] - b.loc[both, "ms_min"]) / b.loc[both, "ms_median"],
-                                                      (a.loc[both, "ms_max"] - a.loc[both, "ms_min"]) / a.loc[both, "ms_median"]],
-                                                     axis=1).max(axis=1))}).reset_index()
-    out.insert(0, "shape", [f"{m}x{n}x{k}" for m, n, k in zip(out.M, out.N, out.K)])
-    return out.drop(columns=SHAPE)
+# %%
+phases = findings.timeline_phases()
+display(phases[phases.variant.isin(["plain", "staged"])])
+rows = phases.set_index(["shape", "variant"]).loc["4096x4096x4096"]
+rows = rows.loc[["plain", "staged"]]
+share = rows["epilogue per row (µs)"] / (rows["K loop per row (µs)"] + rows["epilogue per row (µs)"])
+print("epilogue as a share of a row at 4096³:", {k: f"{v:.1%}" for k, v in share.items()},
+      f"\nsource: {findings.relative(findings.TIMELINE)}")
 
+# %% [markdown]
+# The staged epilogue was *not* the slower one: its TMA store runs asynchronously, while the register epilogue's
+# stores hold the warps until they are issued, and either way 132 SMs store `c` at the same moment and the bytes meet
+# in the L2. The wait for a row's first K-block is a few tens of nanoseconds: the ring never runs dry, so more stages
+# have nothing to remove. (What does shorten the epilogue is to overlap it with the next row's K loop, the production
+# default's deferred epilogue, notebook 13.)
+#
+# **Nsight Compute**, per step at 8192³ (`tools/ncu_gemm_steps.py`, `ncu --clock-control none`): how busy the tensor
+# pipe is, where the warps stall, and how much shared-memory traffic goes through the load/store unit. If steps 2 and
+# 3 leave the tensor pipe as busy as step 1, there was no stall for them to remove.
 
-recorded = records.read("h200", "gemm")
-runs = {name: records.last_run(recorded, [("ours", before), ("ours", after), ("torch", "torch.matmul")])
-        for name, (before, after) in STEPS.items()}
-tables = {name: step_table(run, *STEPS[name]) for name, run in runs.items() if not run.empty}
-if not tables or all(t.empty for t in tables.values()):
-    display(Markdown(f"**No H200 rows for these configurations in `{SOURCE}` yet.** They are recorded on an H200 with "
-                     "`make bench-gemm`; re-run this notebook afterwards. No number is shown until it is measured."))
+# %%
+NCU = findings.H200 / "gemm_steps_ncu.txt"
+if NCU.exists():
+    display(findings.ncu_table(NCU).T)
+    print(f"source: {findings.relative(NCU)}")
 else:
-    for name, t in tables.items():
-        before, after = STEPS[name]
-        display(Markdown(f"**{name}**: `{before}` → `{after}`"))
-        display(t.style.hide(axis="index").format(precision=1).format({"gain %": "{:+.1f}", "spread %": "{:.1f}"}))
-    print(f"Source: {SOURCE}; spread % = the larger (slowest - fastest) / median of the two configurations' "
-          "30 timed calls. Provenance of the runs:")
-    display(pd.concat(runs.values())[list(records.PROVENANCE)].drop_duplicates().style.hide(axis="index"))
-
-# %%
-if tables and not all(t.empty for t in tables.values()):
-    fig, axes = plt.subplots(1, len(tables), figsize=(12, 3.8), layout="constrained", sharey=True)
-    for ax, (name, t) in zip(np.atleast_1d(axes), tables.items()):
-        pos = np.arange(len(t))
-        colors = ["#2b7bba" if g >= 0 else "#c44e52" for g in t["gain %"]]
-        ax.bar(pos, t["gain %"], color=colors)
-        ax.errorbar(pos, t["gain %"], yerr=t["spread %"], fmt="none", ecolor="0.3", capsize=3, linewidth=0.8)
-        ax.axhline(0, color="0.3", linewidth=0.8)
-        ax.set_xticks(pos, t["shape"], rotation=30, ha="right", fontsize="small")
-        ax.set_title(name, fontsize="medium")
-        ax.spines[["top", "right"]].set_visible(False)
-    np.atleast_1d(axes)[0].set_ylabel("gain of the register epilogue (%)\nwhiskers: the measurement's spread")
-    gpu_names = ", ".join(pd.concat(runs.values())["gpu"].unique())
-    plots.caption(ax, f"{SOURCE} ({gpu_names}), gemm_kernels.bench")
-    fig.suptitle("H200: what the register epilogue changed", fontsize="medium")
-    plt.show()
+    print(f"{findings.relative(NCU)} is not recorded yet: on an H200, `python tools/ncu_gemm_steps.py` writes it.")
+    old = findings.ncu_table(findings.PROBES / "ncu_deferred_4096.txt")
+    display(old[["time (ms)", "SM clock (GHz)", "tensor pipe busy (%)"]])
+    print(f"meanwhile, the production kernel and cuBLAS at 4096³: {findings.relative(findings.PROBES / 'ncu_deferred_4096.txt')}")
 
 # %% [markdown]
-# A bar inside its whisker is not a result: the two configurations are indistinguishable at that shape.
+# **What pays on Hopper instead** is what changes the *work* or its *order*, not the epilogue's path: filling the last
+# wave when it is poor (step 4, notebook 12), and in the production kernel, CTA pairs sharing B by TMA multicast, a
+# dynamic tile order that keeps the tiles in flight close in L2, and the deferred epilogue (notebook 13).
 #
-# **The seed's B200 table** (measured by the PR author on a B200, not here; `data/pr/gemm_sol_final.csv` from seed 004).
-# Its before → after changes several things at once (7 stages and the register epilogue, but also wave-tail balancing,
-# CLC prefetch and hoisted descriptors; notebook 08 isolates balancing), so it bounds, not isolates, this step:
+# ## Exercise
+#
+# For which tile widths does the register epilogue buy a stage on the H200? Work it out from the arithmetic above
+# (a stage of a 128 × w tile is `(128 + w) × 64 × 2` bytes), then check (replace `None` with a set).
 
 # %%
-seed = pr.gemm_table()
-seed["after vs before %"] = 100 * (seed.after_tflops / seed.before_tflops - 1)
-seed["after % of cuBLASLt top-8"] = 100 * seed.after_tflops / seed.cublaslt_top8_tflops
-display(seed[["size", "before_tflops", "after_tflops", "cublaslt_top8_tflops", "after vs before %",
-              "after % of cuBLASLt top-8"]].style.hide(axis="index").format(precision=1))
-
-# %% [markdown]
-# ## 5. On a GPU: run it
-#
-# On an H100/H200 the cell below checks the register build against torch on small integers (exact), with tails in M, N
-# and K; on a B200 the Blackwell build. Elsewhere it says so.
+print(exercises.question("stage_gain"))
+answer = None   # e.g. {64}
+exercises.check("stage_gain", answer) if answer is not None else print("set `answer` and run this cell")
 
 # %%
-spec = gpus.current()
-if spec is not None and spec.arch in ("sm_90a", "sm_100a"):
-    import gemm_kernels
-    g = torch.Generator(device="cuda").manual_seed(int(torch.randint(0, 2**31, ()).item()))
-    a = torch.randint(-3, 4, (1000, 776), device="cuda", generator=g).to(torch.bfloat16)
-    b = torch.randint(-3, 4, (776, 1032), device="cuda", generator=g).to(torch.bfloat16)
-    c = gemm_kernels.gemm(a, b, epilogue="register")
-    print(f"{spec.name}: register epilogue exact on small integers:",
-          torch.equal(c.float(), (a.float() @ b.float()).bfloat16().float()))
-else:
-    print(f"No H100/H200 or B200 here ({gpus.describe()}): the kernels above were compiled and inspected, not run.")
+display(HTML(f"<details><summary>Solution (click to open)</summary><pre>{exercises.solution('stage_gain')}</pre>"
+             "</details>"))
 
 # %% [markdown]
 # ## Take-aways
 #
-# * A 128-bit store wants 8 consecutive columns in one thread. TMEM (B200) gives a thread whole rows; WGMMA (Hopper)
-#   spreads them over a quad, and two butterfly shuffles transpose them into place.
-# * Without the output buffer, the seed's B200 ring goes from 4 to 7 stages. On Hopper the freed bytes buy a stage only
-#   where a stage is small enough (the 128 × 128 tile: 6 → 7), not for the 128 × 256 tile (48 KiB stages).
-# * The SASS of every build shows which path the output takes: `STSM` + `UTMASTG` (staged) or `STG.E.128` (register).
-#   Which one wins on the H200 is the table in section 4.
+# * A 16-byte store wants 8 consecutive columns in one thread. WGMMA (and the seed's `tcgen05.ld.16x256b`) spread them
+#   over a quad, and two butterfly shuffles put them in place; TMEM's `32x32b` load hands a thread whole rows instead.
+# * Removing the epilogue buffer buys stages only where a stage is small: 4 → 7 on the seed's B200 tile, 6 → 7 on a
+#   128 × 128 Hopper tile, none on the 128 × 256 tile, whose stage is 48 KiB.
+# * On the H200 neither step moves the number: the 4-stage ring never ran dry, the epilogue is a few percent of a
+#   row, and its cost is C's bytes in the L2, not the path through shared memory. This did not pay here; the wave
+#   tail (notebook 12) and the tile order do.

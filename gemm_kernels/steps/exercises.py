@@ -1,0 +1,134 @@
+"""Exercises of the GEMM walkthrough, each with a checker that computes the answer from the library itself
+(gemm_kernels.stages, gemm_kernels.waves), so no answer is typed in here.
+
+    from gemm_kernels.steps import exercises
+    print(exercises.question("stages"))
+    exercises.check("stages", 5)          # -> a Result: renders as a tick or as a hint, never the answer
+    exercises.solution("stages")          # the worked answer, for the folded-away cell
+
+Names: "stages" (notebook 10), "stage_gain" (11), "waves" and "balance" (12).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workbook import gpus
+
+
+def _stages(tile, epilogue):
+    from gemm_kernels.stages import stages
+    extra = dict(epilogue_tile=(128, 32), epilogue_buffers=2) if epilogue == "staged" else {}
+    return stages(tile, epilogue, "sm_90a", **extra)
+
+
+def _plan(M, N, schedule):
+    from gemm_kernels.steps import step4_persistent_wave_tail as step4
+    return step4.plan(M, N, schedule=schedule, gpu=gpus.H200)
+
+
+STAGE_TILE = (128, 192, 64)
+GAIN_WIDTHS = (64, 128, 192, 256)
+WAVE_SHAPE = (2048, 6656)
+
+
+def _answer(name: str):
+    if name == "stages":
+        return _stages(STAGE_TILE, "staged").stages
+    if name == "stage_gain":
+        return {w for w in GAIN_WIDTHS
+                if _stages((128, w, 64), "register").stages > _stages((128, w, 64), "staged").stages}
+    if name == "waves":
+        uniform = _plan(*WAVE_SHAPE, "uniform")
+        return round(uniform.waves, 2), uniform.makespan
+    if name == "balance":
+        balanced = _plan(*WAVE_SHAPE, "balanced")
+        return balanced.narrow, balanced.makespan
+    raise ValueError(f"no exercise {name!r}; exercises: {sorted(QUESTIONS)}")
+
+
+QUESTIONS = {
+    "stages": f"Step 1's ring on a {STAGE_TILE[0]} x {STAGE_TILE[1]} x {STAGE_TILE[2]} tile on the H200 (227 KiB per "
+              "CTA, 1 KiB for barriers, the staged epilogue's two 128 x 32 bf16 sub-tile buffers): how many stages "
+              "fit? Answer with an int.",
+    "stage_gain": f"For which of the tile widths {GAIN_WIDTHS} (128 rows, 64-deep bf16 stages, H200) does "
+                  "replacing the staged epilogue (16 KiB of buffers) by the register one buy at least one more "
+                  "stage? Answer with a set of ints.",
+    "waves": f"{WAVE_SHAPE[0]} x {WAVE_SHAPE[1]} in uniform 128 x 256 tiles on the H200's 132 SMs, one tile per "
+             "SM at a time, item i on SM i % 132: how many waves is that (items / slots, 2 decimals), and what is "
+             "the makespan in tile times? Answer with (waves, makespan).",
+    "balance": f"Balance {WAVE_SHAPE[0]} x {WAVE_SHAPE[1]} with step 4's rule (groups of g 256-wide tiles re-cut into "
+               "g + 1 tiles of width 256 g / (g + 1), widths in steps of 16, the narrow tiles last): which narrow "
+               "width gives the shortest predicted makespan, and what is it (in 256-wide tile times)? Answer "
+               "with (width, makespan).",
+}
+
+HINTS = {
+    "stages": "A stage holds 128 x 64 of A and 64 x 192 of B, 2 bytes each. Subtract the buffers and the "
+              "reserve from 227 KiB and divide, rounding down.",
+    "stage_gain": "For each width: stage = (128 + width) x 64 x 2 bytes; compare floor((227 - 1 - 16) KiB / stage) "
+                  "with floor((227 - 1) KiB / stage).",
+    "waves": "Count the tiles: ceil(M / 128) x ceil(N / 256). The makespan is the number of tiles the busiest SM "
+             "runs.",
+    "balance": "(-tiles) mod 132 re-cuts fill the last wave. For each width w, the busiest SM runs some wide and "
+               "some narrow tiles: add their widths and divide by 256. gemm_kernels.waves.alternatives lists "
+               "every candidate.",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    correct: bool
+    message: str
+
+    def __bool__(self) -> bool:
+        return self.correct
+
+    def __str__(self) -> str:
+        return ("correct: " if self.correct else "not yet: ") + self.message
+
+    def _repr_html_(self) -> str:
+        color = "#116329" if self.correct else "#82071e"
+        mark = "&#10004;" if self.correct else "&#10008;"
+        return f"<span style='color:{color}'>{mark} {'correct' if self.correct else 'not yet'}</span>: {self.message}"
+
+
+def question(name: str) -> str:
+    if name not in QUESTIONS:
+        raise ValueError(f"no exercise {name!r}; exercises: {sorted(QUESTIONS)}")
+    return QUESTIONS[name]
+
+
+def _close(a, b) -> bool:
+    try:
+        return abs(float(a) - float(b)) <= 0.005 + 1e-9 * abs(float(b))
+    except (TypeError, ValueError):
+        return False
+
+
+def check(name: str, answer) -> Result:
+    """Compare `answer` with the library's; the message is a hint when it differs (never the answer)."""
+    expected = _answer(name)
+    if isinstance(expected, tuple):      # (waves, makespan) or (width, makespan): numbers to 2 decimals
+        ok = (isinstance(answer, (tuple, list)) and len(answer) == len(expected)
+              and all(_close(a, e) for a, e in zip(answer, expected)))
+    elif isinstance(expected, set):
+        ok = isinstance(answer, (set, frozenset, list, tuple)) and set(answer) == expected
+    else:
+        ok = not isinstance(answer, bool) and answer == expected
+    return Result(name, ok, "it matches gemm_kernels' own arithmetic." if ok else HINTS[name])
+
+
+def solution(name: str) -> str:
+    """The worked answer, computed."""
+    expected = _answer(name)
+    if name == "stages":
+        b = _stages(STAGE_TILE, "staged")
+        return f"{expected}: {b.describe()}"
+    if name == "stage_gain":
+        lines = [f"width {w}: staged {_stages((128, w, 64), 'staged').stages}, register "
+                 f"{_stages((128, w, 64), 'register').stages}" for w in GAIN_WIDTHS]
+        return f"{expected}:\n" + "\n".join(lines)
+    if name == "waves":
+        return f"{expected}: {_plan(*WAVE_SHAPE, 'uniform').describe()}"
+    return f"{expected}: {_plan(*WAVE_SHAPE, 'balanced').describe()}"

@@ -1,0 +1,118 @@
+"""Why ILP2 does not pay on Hopper: the evidence, from the layout, the machine code and the profiler.
+
+    evidence.rows_per_thread()              # the WGMMA fragment: every thread holds 2 rows of the tile
+    evidence.chains(modules)                # per step: chains per thread, chain depth, compare-selects / depth
+    evidence.issue_budget(art, D=128)       # issue cycles of a tile's scan per scheduler vs the tile's WGMMA cycles
+    evidence.read_ncu(path)                 # tools/ncu_kmeans_steps.py's report: stall reasons, issue slots
+
+The argument. A serial scan is latency-bound only if the scheduler has nothing else to issue while a compare
+waits for its select. In the WGMMA layout each thread already holds two rows, so step 1 has two independent
+chains per thread, and with 8 consumer warps on an SM's 4 schedulers each scheduler picks from 2 warps x 2
+chains. If the scan's instructions, issued one per cycle per scheduler, already fill the time, more chains
+cannot help: only fewer instructions can (step 3), or overlapping the scan with the tensor cores (step 4).
+`issue_budget` does that arithmetic from the SASS; the profiler's stall reasons and issue-slot use test it.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+
+from kmeans_kernels import floor, sass_checks
+from kmeans_kernels.steps import anatomy, trial
+
+CONSUMER_WARPS, SCHEDULERS_PER_SM = 8, 4
+STALLS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle", "long_scoreboard",
+          "math_pipe_throttle", "membar", "mio_throttle", "misc", "no_instruction", "not_selected", "selected",
+          "short_scoreboard", "sleeping", "tex_throttle", "wait")
+STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+METRICS = ("gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second",
+           "smsp__issue_active.avg.pct_of_peak_sustained_active", "smsp__inst_executed.sum",
+           "smsp__warps_eligible.avg.per_cycle_active", "smsp__warps_active.avg.per_cycle_active",
+           "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+           *(STALL_METRIC.format(s) for s in STALLS))
+
+
+def accumulator_owner(row: int, col: int) -> tuple[int, int]:
+    """(warp in the warpgroup, lane) holding (row, col) of a warpgroup's 64 x N WGMMA fp32 accumulator (PTX ISA,
+    the register fragment of wgmma .m64nNk16): warp row // 16, lane 4 * (row % 8) + (col % 8) // 2."""
+    return row // 16, 4 * (row % 8) + (col % 8) // 2
+
+
+def rows_per_thread(block_n: int = 128) -> dict[str, int]:
+    """From the fragment layout: how many rows and columns of the tile each thread holds (the same for all)."""
+    rows, cols = {}, {}
+    for r in range(64):
+        for c in range(block_n):
+            owner = accumulator_owner(r, c)
+            rows.setdefault(owner, set()).add(r)
+            cols.setdefault(owner, set()).add(c)
+    counts = {(len(rows[o]), len(cols[o])) for o in rows}
+    if len(counts) != 1 or len(rows) != 128:
+        raise AssertionError(f"the layout does not share the tile evenly: {counts}")
+    (n_rows, n_cols), = counts
+    return {"threads": len(rows), "rows per thread": n_rows, "columns per row": n_cols}
+
+
+def chains(modules: dict, D: int = 128) -> pd.DataFrame:
+    """Per step module (compiled here at D): independent chains per thread (rows x the module's CHAINS per row,
+    1 without it), the longest compare-select chain of a tile, the compare-selects of a tile, and their ratio:
+    how many compare-selects the schedulers can issue per link of the critical path."""
+    rows = {}
+    for name, module in modules.items():
+        a = anatomy.scan(trial.compiled(module, D).sass)
+        rows[name] = {"independent chains per thread": anatomy.ROWS_PER_THREAD * getattr(module, "CHAINS", 1),
+                      "chain depth per tile": a["chain depth"], "compare-selects per tile": a["compare-selects"],
+                      "compare-selects per link of the chain": a["compare-selects"] / a["chain depth"]}
+    return pd.DataFrame(rows).round(1).astype(object).map(lambda v: int(v) if float(v).is_integer() else v)
+
+
+def issue_budget(art, D: int, block_n: int = 128) -> dict[str, float]:
+    """Cycles of one tile on one SM: the scan block's instructions issued by 2 warps per scheduler (one
+    instruction per cycle each), against the tile's WGMMAs (2 * 128 * block_n * D flops at the floor's tensor
+    rate per SM and cycle). In steps 1-3 the two add up (the tensor cores idle during the scan)."""
+    block = sass_checks.scan_block(art.sass, after=None)
+    warps_per_scheduler = CONSUMER_WARPS // SCHEDULERS_PER_SM
+    flops_per_cycle = floor.TENSOR_TFLOPS * 1e12 / (floor.SMS * floor.CLOCK_GHZ * 1e9)
+    scan_cycles = len(block) * warps_per_scheduler
+    mma_cycles = 2 * 128 * block_n * D / flops_per_cycle
+    return {"instructions in a tile's scan (per thread)": len(block), "warps per scheduler": warps_per_scheduler,
+            "scan issue cycles per tile": scan_cycles, "WGMMA cycles per tile": round(mma_cycles),
+            "scan / WGMMA": scan_cycles / mma_cycles}
+
+
+_UNITLESS = re.compile(r"^\s+([a-z_]+__[\w.]+)\s+([\d.,]+)\s*$")
+
+
+def read_ncu(path) -> pd.DataFrame:
+    """tools/ncu_kmeans_steps.py's report: one row per profiled step (index: what it profiled), one column per
+    metric. workbook.ncu.read does the pairing; ratio metrics, which ncu prints without a unit, are read here."""
+    from workbook import ncu
+    df = ncu.read(path)
+    extra, k = [], -1
+    for line in Path(path).read_text().splitlines():
+        if ncu._KERNEL.match(line):
+            k += 1
+            extra.append({})
+        elif (m := _UNITLESS.match(line)) and k >= 0:
+            extra[k][m.group(1)] = float(m.group(2).replace(",", ""))
+    for i, values in enumerate(extra):
+        for name, v in values.items():
+            df.loc[i, name] = v
+    return df.set_index("contender")
+
+
+def stall_table(df: pd.DataFrame, top: int = 6) -> pd.DataFrame:
+    """The largest stall reasons (warps stalled per issued instruction) of the profiled steps, plus issue use."""
+    cols = {STALL_METRIC.format(s): s.replace("_", " ") for s in STALLS}
+    have = [c for c in cols if c in df.columns]
+    stalls = df[have].rename(columns=cols).T
+    keep = stalls.max(axis=1).sort_values(ascending=False).index[:top]
+    out = stalls.loc[keep]
+    extra = {"smsp__issue_active.avg.pct_of_peak_sustained_active": "issue slots busy (%)",
+             "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed": "tensor pipe active (%)",
+             "smsp__warps_eligible.avg.per_cycle_active": "eligible warps per cycle",
+             "gpu__time_duration.sum": "duration (ms)"}
+    more = df[[c for c in extra if c in df.columns]].rename(columns=extra).T
+    return pd.concat([out, more])

@@ -1,0 +1,90 @@
+"""The host side the step kernels share: input checks, compiling with no GPU, and launching.
+
+A step file holds its kernel; this module turns a kernel class into the step's `compile` and `assign`:
+the same checks, the same raw-pointer arguments and the same launch path (`workbook.launch.LaunchCache`,
+CUDA graphs replayed) as the production kernels, so a timing compares kernel against kernel.
+"""
+from __future__ import annotations
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import torch
+
+from kmeans_kernels import reference
+from workbook import launch, sass
+
+DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
+D_MULTIPLE = 16          # the WGMMA K of 16-bit operands
+D_MAX = 512              # the point tile x[128, 512] is 128 KiB of shared memory
+MAX_ROWS = 2**31 - 256   # N and K are int32 in the kernel, and row/centroid indices must not overflow
+
+
+def check_shape(D: int, dtype: torch.dtype = torch.bfloat16, d_max: int = D_MAX) -> None:
+    """Raise ValueError unless the kernels support (D, dtype)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"the step kernels take bf16 or fp16 inputs; got {dtype}")
+    if isinstance(D, bool) or not isinstance(D, int) or D < D_MULTIPLE or D % D_MULTIPLE or D > d_max:
+        raise ValueError(f"D={D} is unsupported: D must be a multiple of {D_MULTIPLE} from {D_MULTIPLE} to {d_max}")
+
+
+def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, out: torch.Tensor | None,
+                 d_max: int = D_MAX) -> tuple[torch.Tensor, torch.Tensor]:
+    """Validate a call (each failure named); returns (c_sq, out), computed or allocated when not given."""
+    import kmeans_kernels
+    kmeans_kernels.check_inputs(x, c, c_sq, out)        # dtypes, shapes, devices, contiguity, out
+    if kmeans_kernels.arch_of(x.device) != "sm_90a":
+        raise ValueError(f"the step kernels are Hopper kernels (sm_90a); {x.device} is not an H100/H200")
+    check_shape(x.shape[1], x.dtype, d_max)
+    for name, t in (("x", x), ("c", c)):
+        if t.shape[0] > MAX_ROWS:
+            raise ValueError(f"{name} has {t.shape[0]} rows; the kernels index rows with int32 (at most {MAX_ROWS})")
+        if t.data_ptr() % 16:
+            raise ValueError(f"{name} must start on a 16-byte boundary for TMA; its address is {t.data_ptr():#x}")
+    if c_sq is None:
+        c_sq = reference.centroid_norms(c)
+    if out is None:
+        out = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
+    return c_sq, out
+
+
+def kernel_args(dtype: torch.dtype, x_addr: int, c_addr: int, c_sq_addr: int, out_addr: int, N: int, K: int, stream):
+    """What the compiled kernel takes: global pointers (x and c 16-byte aligned, for TMA), N, K and a stream."""
+    el = DTYPES[dtype]
+    return (launch.gmem_pointer(el, x_addr, 16), launch.gmem_pointer(el, c_addr, 16),
+            launch.gmem_pointer(cutlass.Float32, c_sq_addr, 4), launch.gmem_pointer(cutlass.Int32, out_addr, 4),
+            cutlass.Int32(N), cutlass.Int32(K), stream)
+
+
+def placeholder_args(dtype: torch.dtype):
+    """Arguments to compile against with no GPU: null pointers and zero sizes stand for the runtime values."""
+    from cutlass.runtime import make_fake_stream
+    return kernel_args(dtype, 0, 0, 0, 0, 0, 0, make_fake_stream())
+
+
+def compile(kernel, dtype: torch.dtype, arch: str = "sm_90a") -> sass.Artifacts:
+    """Compile a step's kernel object for sm_90a with no GPU: PTX, cubin, SASS."""
+    if arch != "sm_90a":
+        raise ValueError(f"the step kernels use WGMMA and TMA: they compile for sm_90a only, not {arch!r}")
+    return sass.compile_for(kernel, *placeholder_args(dtype), arch=arch)
+
+
+class Launcher:
+    """`assign` for one kernel class: `make(D, cutlass dtype, **options)` builds the kernel, compiled on first
+    use per (D, dtype, options) and launched through a workbook.launch.LaunchCache."""
+
+    def __init__(self, make, d_max: int = D_MAX):
+        self.make, self.d_max = make, d_max
+        self._compiled: dict[tuple, launch.LaunchCache] = {}
+
+    def __call__(self, x, c, c_sq=None, out=None, **options) -> torch.Tensor:
+        c_sq, out = check_inputs(x, c, c_sq, out, self.d_max)
+        key = (x.shape[1], x.dtype, tuple(sorted(options.items())))
+        if key not in self._compiled:
+            kernel = self.make(x.shape[1], DTYPES[x.dtype], **options)
+            self._compiled[key] = launch.LaunchCache(cute.compile(kernel, *placeholder_args(x.dtype),
+                                                                  options="--gpu-arch sm_90a"))
+        addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), x.shape[0], c.shape[0])
+        self._compiled[key](addrs, lambda s: kernel_args(x.dtype, *addrs, cuda.CUstream(s)),
+                            launch.stream_handle(x.device))
+        return out

@@ -1,0 +1,222 @@
+# %% [markdown]
+# # 07 · k-means step 4: keep the tensor cores busy while the argmin runs (two CTAs per SM, or wide ping-pong tiles)
+#
+# Steps 1-3 made a tile's argmin cheaper. They all share one shape of time: both consumer warpgroups issue a tile's
+# WGMMAs, wait for them, then fold the tile on the CUDA cores, and meanwhile the SM's tensor cores have nothing to do.
+# `kmeans_kernels/steps/step4_hopper.py` is what the Hopper kernel needs beyond the seed to fill that gap, and it is
+# the production kernel: this notebook maps it onto `kmeans_kernels.hopper` and measures what is left between them.
+#
+# **Objectives.** After this notebook you can
+#
+# * explain the two ways to overlap the argmin with WGMMA: **two CTAs per SM** (what shared memory and registers that
+#   costs) and **one CTA with 256-wide tiles whose warpgroups ping-pong** (why it needs them);
+# * compute, before compiling, whether two CTAs fit (ring slots, the register cap) and check it in the cubin;
+# * read the whole progression, step 1 to step 4, as % of flashlib's kernel and % of the floor, with intervals.
+
+# %%
+import matplotlib.patches as patches
+import matplotlib.pyplot as plt
+import pandas as pd
+import torch
+from IPython.display import display
+
+from kmeans_kernels import bench, hopper
+from kmeans_kernels.steps import exercises, host, results, step3_norm_broadcast, step4_hopper, trial, try_step
+from workbook import gpus, plots, sass, stepper
+
+step4 = step4_hopper
+run, NOTE = results.latest_run()
+print(gpus.describe())
+print(NOTE)
+
+# %% [markdown]
+# ## 1. The idea and its arithmetic
+#
+# **Two CTAs per SM** (`wide=False`, 128-wide tiles): while one CTA folds a tile, the other's WGMMAs run. Each CTA then
+# gets half the SM's shared memory (the ring shrinks) and at most 65536 / (2 × 288) registers per thread (112, as
+# registers come in steps of 256 per warp), which the launch asks ptxas for with `min_blocks_per_mp=2`. A 64 × 128 fp32
+# accumulator is 64 of them. **Wide ping-pong** (`wide=True`): a 64 × 256 accumulator is 128 registers, too many for two
+# CTAs; instead the two warpgroups take turns at the tensor cores (named barriers 1 and 2), one folding tile `t` while
+# the other's WGMMAs for `t` run, and every WGMMA reads the point tile once per 256 centroids instead of 128.
+
+# %%
+def draw_two_ctas(ax, tiles=3, mma=1.0, fold=0.8):
+    """Two CTAs on one SM: each alternates WGMMA and argmin; the tensor cores take whichever has WGMMAs ready."""
+    colors, t_free, ready = ("#4c72b0", "#dd8452"), 0.2, [0.2, 0.2]
+    for t in range(tiles):
+        for cta in (0, 1):
+            start = max(t_free, ready[cta])
+            ax.add_patch(patches.Rectangle((start, 1.15), mma - 0.05, 0.7, color=colors[cta]))
+            ax.text(start + mma / 2, 1.5, f"CTA {cta} tile {t}", ha="center", va="center", fontsize=7, color="white")
+            t_free = start + mma
+            ax.add_patch(patches.Rectangle((t_free, 0.15 if cta == 0 else 2.15), fold - 0.05, 0.7, color=colors[cta],
+                                           alpha=0.5))
+            ready[cta] = t_free + fold
+    ax.set_yticks([0.5, 1.5, 2.5], ["CTA 0 argmin\n(CUDA cores)", "tensor cores", "CTA 1 argmin\n(CUDA cores)"])
+    ax.set_xlim(0, t_free + fold + 0.2)
+    ax.set_ylim(0, 3)
+    ax.set_xticks([])
+    ax.set_xlabel("time (schematic)")
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+fig, ax = plt.subplots(figsize=(10, 2.6), layout="constrained")
+draw_two_ctas(ax)
+ax.set_title("Step 4, two CTAs per SM: one CTA's argmin runs under the other's WGMMAs", fontsize="medium")
+plots.caption(ax, "schematic; the ping-pong of the wide variant is the same picture with two warpgroups of one CTA")
+plt.show()
+
+# %% [markdown]
+# What that costs in shared memory, per `D` (computed from the files' own rules):
+
+# %%
+rows = [{"D": D, "step 3 ring slots (1 CTA)": step3_norm_broadcast.stages_for(D), "step 4 CTAs per SM": step4.ctas_per_sm(D),
+         "step 4 ring slots": step4.stages_for(D), "wide ring slots": step4.stages_for(D, step4.WIDE_BLOCK_N),
+         "wide possible": step4.stages_for(D, step4.WIDE_BLOCK_N) >= -(-D // step4.BLOCK_D)}
+        for D in (64, 128, 256, 512)]
+display(pd.DataFrame(rows).style.hide(axis="index"))
+
+# %% [markdown]
+# **Exercise 1 (predict).** Up to which `D` do two CTAs share an SM? How many registers may a thread use then? And how
+# many ring slots does a CTA get at `D = 128`?
+
+# %%
+my_d_max, my_registers, my_slots = None, None, None   # your predictions
+for checker, answer in ((exercises.two_ctas_up_to, my_d_max), (exercises.register_cap, my_registers),
+                        (exercises.ring_slots, my_slots)):
+    print(checker(answer) if answer is not None else f"{checker.__name__}: set your prediction and re-run.")
+
+# %% [markdown]
+# <details><summary>Solution</summary>
+#
+# `exercises.two_ctas_up_to(256)`, `exercises.register_cap(112)`, `exercises.ring_slots(5)`: at `D = 256` the point
+# tile is 64 KiB and three 16 KiB slots still fit half an SM; past it a CTA would get two.
+# </details>
+#
+# ## 2. The code that changed
+
+# %%
+stepper.diff(step3_norm_broadcast, step4, module_docstring=False)
+
+# %% [markdown]
+# ## 3. The evidence in the cubin
+#
+# Registers per thread (from the cubin), the shared memory a CTA takes (point tile, ring, barriers) and what fits on
+# an SM, for both forms:
+
+# %%
+facts, arts = [], {}
+for D, wide in ((128, False), (256, True)):
+    kernel = step4.AssignKernel(D, host.DTYPES[torch.bfloat16], wide)
+    arts[wide] = art = trial.compiled(step4, D, wide=wide)
+    regs = max(sass.registers(art.cubin).values())
+    smem = step4.BLOCK_M * kernel.d_blocks * step4.BLOCK_D * 2 + kernel.stages * kernel.block_n * step4.BLOCK_D * 2 + 1024
+    fits = min(65536 // (9 * -(-regs * 32 // 256) * 256), step4.SM_SMEM_BYTES // (smem + 1024))
+    facts.append({"D": D, "wide": wide, "registers per thread": regs, "shared memory per CTA (KiB)": smem / 1024,
+                  "CTAs that fit an SM": fits, "promised": kernel.ctas,
+                  "WGMMA": sorted({i.opcode for i in sass.instructions(art.sass) if i.base == "HGMMA"})[0]})
+display(pd.DataFrame(facts).style.hide(axis="index").format({"shared memory per CTA (KiB)": "{:.3g}"}))
+assert all(f["CTAs that fit an SM"] >= f["promised"] for f in facts)
+
+# %% [markdown]
+# ## 4. Check it, time it
+
+# %%
+try_step(step4)
+
+# %% [markdown]
+# ## 5. The number: step 4 / step 3 on the H200
+#
+# In the benchmark step 4 runs as `assign` picks (`wide_for`: wide where `D >= 256` and `K >= 4096`).
+
+# %%
+if run.empty:
+    print(NOTE)
+else:
+    display(results.table_3sig(results.ratios(run, "ours/step4_hopper")).set_caption("kernel time"))
+    fig = results.plot_ratios(run, ["ours/step4_hopper"], NOTE)
+    plt.show()
+
+# %% [markdown]
+# ## 6. Step 4 and the production kernel
+#
+# The production kernels (`kmeans_kernels/hopper.py`) are one class for all variants, with the launch path of
+# `kmeans_kernels.assign`. Compiled here, the step's two forms against the production variants they correspond to
+# (opcode counts of the whole kernel):
+
+# %%
+pairs = {"norm_broadcast": (128, False), "wide": (256, True)}
+same = {}
+for variant, (D, wide) in pairs.items():
+    ours = arts[wide]
+    theirs = hopper.compile(variant, 65536, D, 4096)
+    delta = stepper.sass_delta(theirs.sass, ours.sass, changed_only=True)
+    same[f"step 4 (wide={wide}) vs hopper {variant}, D={D}"] = "identical opcode counts" if delta.empty else \
+        f"{len(delta)} opcodes differ"
+display(pd.Series(same, name="SASS").to_frame())
+rules = pd.DataFrame([{"N": N, "D": D, "K": K, "step 4 wide": step4.wide_for(N, D, K),
+                       "production auto": hopper.auto_variant(N, D, K)} for N, D, K in bench.seed_shapes()])
+print("seed shapes where step 4's rule and production auto pick differently:",
+      int((rules["step 4 wide"] != (rules["production auto"] == "wide")).sum()), "of", len(rules))
+
+# %% [markdown]
+# What is left between them is the call path (validation and dispatch in `kmeans_kernels.assign`, the same launch
+# cache). The benchmark times production `auto` against step 4 on every shape; the ratio measures what that costs:
+
+# %%
+if run.empty:
+    print(NOTE)
+else:
+    r = results.ratios(run, "ours/auto")
+    display(results.table_3sig(r))
+    g = results.geomean_ci(r.ratio, r.lo, r.hi)
+    print(f"production auto / step 4: {g[0]:.3g} [{g[1]:.3g}, {g[2]:.3g}] geomean kernel time, "
+          f"per shape {dict(r.verdict.value_counts())}")
+
+# %% [markdown]
+# ## 7. The progression, step 1 to step 4
+#
+# Every step as % of flashlib's Hopper CuTe kernel (its time / ours: above 100 % is faster than flashlib) and as % of
+# the floor (`kmeans_kernels.floor`), geometric means over the seed shapes with 95 % intervals; the production kernel as
+# a dashed line. Both from the same benchmark run.
+
+# %%
+table = results.progression(run) if not run.empty else pd.DataFrame()
+if table.empty:
+    print(NOTE)
+else:
+    display(results.table_3sig(table))
+    fig = results.plot_progression(table, NOTE)
+    plt.show()
+
+# %% [markdown]
+# **Exercise 2 (edit and run).** In a copy of step 4, set `MIN_STAGES_TWO_CTAS = 2`. At which `D` does the kernel now
+# run two CTAs per SM that did not before, and with how many ring slots? Load the copy with `stepper.load(path)` and call
+# its `ctas_per_sm` and `stages_for`; on an H100/H200, `try_step(path)` times it against the original.
+#
+# <details><summary>Solution</summary>
+#
+# `D = 272` to `D = 320` (a padded point tile of 80 KiB): half an SM then holds two 16 KiB slots, and two CTAs share
+# the SM, each with a ring shorter than a centroid tile (5 slices of 64), so the consumers retire WGMMA groups slot by
+# slot. Whether the second CTA makes up for the short ring is a question for `try_step` on the GPU.
+# </details>
+#
+# ## Take-aways
+
+# %%
+if table.empty:
+    print(f"The progression appears here once the step benchmark has run ({NOTE}).")
+else:
+    last, first = table.loc["step4_hopper"], table.loc["step1_serial"]
+    print(f"step 1 -> step 4: {first['geomean ms']:.3g} -> {last['geomean ms']:.3g} ms geomean kernel time; step 4 "
+          f"at {last['% of floor']:.3g} % of the floor" + (f" and {last['% of flashlib']:.3g} % of flashlib's speed"
+                                                        if "% of flashlib" in table else ""))
+
+# %% [markdown]
+# * In steps 1-3 the tensor cores wait while a CTA folds a tile. Step 4 overlaps the two: a second CTA per SM where
+#   a 128-wide accumulator leaves room for one (the register cap and half the shared memory), or two warpgroups taking
+#   turns on 256-wide tiles where the point tile is large and the centroid rows long.
+# * Whether two CTAs fit follows from three numbers computed before compiling (point tile, ring slots, registers),
+#   and the cubin confirms them.
+# * Step 4 compiles to the same machine code as the production variants; what remains between them is the call path,
+#   measured above.

@@ -1,0 +1,133 @@
+"""Why the register epilogue and the deeper ring do not move the H200 number: Nsight Compute metrics of every
+GEMM step, the production default and torch.matmul (cuBLAS) at one shape.
+
+    python tools/ncu_gemm_steps.py                       # 8192^3 -> data/measured/h200/gemm_steps_ncu.txt
+    python tools/ncu_gemm_steps.py --shape 4096x4096x4096 --out /tmp/ncu.txt
+
+It runs itself under `ncu --clock-control none --profile-from-start off --metrics ...` (the GPU keeps its own
+clocks, as when timed), with the inputs made and every kernel compiled and warmed up before the profiler
+window opens, so ncu sees one kernel per contender, in the order the child prints `profiled: ...` lines;
+`workbook.ncu.read` pairs them. Metrics (the ones this ncu does not know are dropped, and the report says so):
+  * tensor pipe: the fraction of elapsed cycles the HMMA pipe was busy; if step 2 or 3 left it as busy as
+    step 1, there was no memory stall for them to remove;
+  * warp stalls, % of a warp's active cycles, by reason: `barrier` (named barriers: step 1's epilogue),
+    `long_scoreboard` (waiting on global/local memory), `wait` and `math_pipe_throttle` (the WGMMA waits),
+    `lg_throttle` (the global-store queue: steps 2-4's STG), `mio_throttle` / `short_scoreboard` (shared memory);
+  * shared memory: LSU wavefronts to shared memory (stmatrix, ld/st.shared; WGMMA's and TMA's own traffic does
+    not go through the LSU) and bank conflicts; L1/shared throughput as % of peak;
+  * time, SM clock and DRAM bytes, so each row can be set beside gemm_steps.csv.
+About a minute on an H200 (compiles included).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DEFAULT_OUT = ROOT / "data" / "measured" / "h200" / "gemm_steps_ncu.txt"
+METRICS = (
+    "gpu__time_duration.sum",
+    "sm__cycles_elapsed.avg.per_second",
+    "dram__bytes_read.sum",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed",
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+    "smsp__warp_issue_stalled_barrier_per_warp_active.pct",
+    "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct",
+    "smsp__warp_issue_stalled_wait_per_warp_active.pct",
+    "smsp__warp_issue_stalled_math_pipe_throttle_per_warp_active.pct",
+    "smsp__warp_issue_stalled_lg_throttle_per_warp_active.pct",
+    "smsp__warp_issue_stalled_mio_throttle_per_warp_active.pct",
+    "smsp__warp_issue_stalled_short_scoreboard_per_warp_active.pct",
+    "smsp__warp_issue_stalled_sleeping_per_warp_active.pct",
+    "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
+    "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
+    "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
+)
+
+
+def base_name(metric: str) -> str:
+    """The base of a metric name, as `ncu --query-metrics` lists it: everything before the first '.'."""
+    return metric.split(".", 1)[0]
+
+
+def known_metrics(ncu: str, metrics=METRICS) -> tuple[list[str], list[str]]:
+    """(metrics this ncu knows, metrics it does not) by the base names `ncu --query-metrics` lists for the GPU
+    here. If the query itself fails, every metric is tried."""
+    run = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True)
+    if run.returncode != 0 or not run.stdout.strip():
+        return list(metrics), []
+    listed = {line.split()[0] for line in run.stdout.splitlines() if line.strip() and "__" in line.split()[0]}
+    return [m for m in metrics if base_name(m) in listed], [m for m in metrics if base_name(m) not in listed]
+
+
+def contenders(M: int, N: int, K: int):
+    import torch
+
+    import gemm_kernels
+    from gemm_kernels import steps
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    runs = [(name, lambda m=steps.load(name): m.gemm(a, b)) for name in steps.STEPS]
+    runs += [("production default", lambda: gemm_kernels.gemm(a, b)), ("torch.matmul", lambda: torch.matmul(a, b))]
+    return runs
+
+
+def profile(M: int, N: int, K: int) -> None:
+    """The child: compile and warm up everything, then one call of each contender inside the profiler window."""
+    import torch
+    runs = contenders(M, N, K)
+    for _ in range(3):
+        for _, fn in runs:
+            fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for name, fn in runs:
+        print(f"profiled: {M}x{N}x{K} {name}", file=sys.stderr, flush=True)
+        fn()
+        torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def _shape(text: str):
+    try:
+        M, N, K = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"shape must be MxNxK, got {text!r}") from None
+    return M, N, K
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shape", type=_shape, default=(8192, 8192, 8192))
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    p.add_argument("--ncu", default="ncu")
+    p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)    # the profiled child
+    args = p.parse_args(argv)
+    if args.inside:
+        return profile(*args.shape)
+    metrics, dropped = known_metrics(args.ncu)
+    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0", "PYTHONPATH": str(ROOT)}   # plain launches, one kernel each
+    cmd = [args.ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
+           sys.executable, str(Path(__file__).resolve()), "--inside", "--shape", "x".join(map(str, args.shape))]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with args.out.open("w") as f:
+        f.write(f"# {' '.join(cmd[:6])} <metrics> ...\n# metrics this ncu does not know, dropped: {dropped or 'none'}\n")
+        f.flush()
+        run = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    if run.returncode != 0:
+        raise SystemExit(f"ncu exited with {run.returncode}; its output is in {args.out}")
+    from workbook import ncu
+    import pandas as pd
+    table = ncu.read(args.out).set_index("contender").drop(columns=["kernel"]).T
+    with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):
+        print(table)
+    print(f"\n{args.out}")
+
+
+if __name__ == "__main__":
+    main()
