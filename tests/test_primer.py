@@ -18,7 +18,7 @@ import cutlass  # noqa: E402
 import cutlass.cute as cute  # noqa: E402
 
 from workbook import sass  # noqa: E402
-from workbook.primer import (draw, exercises, layouts, pipeline, source, tcgen05_tile,  # noqa: E402
+from workbook.primer import (draw, exercises, layouts, pipeline, tcgen05_tile,  # noqa: E402
                              tma_copy, trace_time, vector_add, wgmma_tile)
 
 CAPABILITY = torch.cuda.get_device_capability() if torch.cuda.is_available() else None
@@ -243,18 +243,6 @@ def test_draw_timeline_draws_every_span():
     with pytest.raises(ValueError):
         draw.timeline([])
     matplotlib.pyplot.close("all")
-
-
-def test_source_excerpt_and_diff():
-    piece = source.excerpt(tma_copy.tma_copy_kernel, "with cute.arch.elect_one", "mbarrier_wait")
-    assert str(piece).startswith("with cute.arch.elect_one") and "mbarrier_wait" in str(piece).splitlines()[-1]
-    assert "<pre" in piece._repr_html_() or "highlight" in piece._repr_html_()
-    with pytest.raises(ValueError, match="more than"):
-        source.excerpt(tma_copy, max_lines=10)
-    with pytest.raises(ValueError, match="no line containing"):
-        source.excerpt(tma_copy.tma_copy_kernel, "not in the source")
-    d = source.diff(wgmma_tile.wgmma_host, tcgen05_tile.tcgen05_host)
-    assert str(d).startswith("--- wgmma_host") and "+    tma_a = cute.nvgpu.make_tiled_tma_atom_A" in str(d)
 
 
 # ------------------------------------------------------------------ CPU: input checks

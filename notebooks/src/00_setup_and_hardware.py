@@ -22,8 +22,8 @@ import pandas as pd
 import torch
 from IPython.display import display
 
-from workbook import gpus, plots, records, sass
-from workbook.primer import exercises, source, vector_add
+from workbook import gpus, plots, records, sass, stepper
+from workbook.primer import exercises, vector_add
 
 print(gpus.describe())
 here = gpus.current()
@@ -59,8 +59,7 @@ with pd.option_context("display.max_colwidth", None):
 # a file. (Notebooks 01 and 02 are a primer of the DSL built from such small lessons.)
 
 # %%
-print(source.excerpt(vector_add.vector_add_kernel), end="\n\n")
-source.excerpt(vector_add.vector_add)
+stepper.excerpt(vector_add, "THREADS = 128", "kernel.launch(grid=grid, block=block, stream=stream)")
 
 # %% [markdown]
 # ## Compiling for a GPU that is not here

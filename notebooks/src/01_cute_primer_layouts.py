@@ -29,8 +29,8 @@ from IPython.display import display
 import cutlass
 import cutlass.cute as cute
 
-from workbook import gpus, sass
-from workbook.primer import draw, exercises, layouts, source, trace_time
+from workbook import gpus, sass, stepper
+from workbook.primer import draw, exercises, layouts, trace_time
 
 print(gpus.describe())
 HERE = gpus.current()
@@ -123,7 +123,7 @@ plt.show()
 # same way tells every thread which element of `x` it is looking at.
 
 # %%
-source.excerpt(layouts.scale_kernel, "this CTA's", "g_ij =")
+stepper.excerpt(layouts, "# this CTA's (16, 64) tile", "g_ij =")
 
 # %% [markdown]
 # The second move gives each thread its share of the tile. `local_partition(tile, threads, t)` lays the thread
@@ -132,7 +132,7 @@ source.excerpt(layouts.scale_kernel, "this CTA's", "g_ij =")
 # of its loads reads 128 contiguous bytes.
 
 # %%
-print(source.excerpt(layouts.scale_kernel, "this thread's share", "t_ij ="))
+print(stepper.excerpt(layouts, "this thread's share", "t_ij ="))
 thread, value = layouts.partition_owners(layouts.TILE, layouts.THREADS, layouts.THREAD_STRIDE)
 draw.owners(thread[:, :32], cell_in=0.4, fontsize=7,
             title="scale's (16, 64) tile, columns 0-31 (32-63 repeat them): the thread that owns each element")
@@ -146,7 +146,7 @@ print("thread 37 owns", int((thread == 37).sum()), "elements, at (row, col):",
 # `x`; the coordinate tensor says which of a thread's elements exist (`elem_less(coord, shape)`).
 
 # %%
-source.excerpt(layouts.scale_kernel, "frag = ", "t_out[k] = frag[k]")
+stepper.excerpt(layouts, "frag = ", "t_out[k] = frag[k]")
 
 # %% [markdown]
 # ### What it compiles to
@@ -214,7 +214,7 @@ print("thread 5 holds", [(int(r), int(c)) for v in range(8) for r, c in np.argwh
 # runs in the compiled code.
 
 # %%
-print(source.excerpt(trace_time.trace_then_run, "print(f\"trace: n", "cute.printf"))
+print(stepper.excerpt(trace_time, "print(f\"trace: n", "cute.printf"))
 trace_time.trace_then_run(cutlass.Int32(5), 2)
 
 # %% [markdown]
@@ -224,7 +224,7 @@ trace_time.trace_then_run(cutlass.Int32(5), 2)
 # grid-stride loop over the elements, with runtime bounds).
 
 # %%
-source.excerpt(trace_time.polyval_kernel, "for i in cutlass.range", "out[i] = acc")
+stepper.excerpt(trace_time, "for i in cutlass.range(bidx", "out[i] = acc")
 
 # %%
 rows = []

@@ -32,8 +32,8 @@ from IPython.display import display
 
 import cutlass
 
-from workbook import gpus, sass
-from workbook.primer import draw, exercises, layouts, pipeline, source, tcgen05_tile, tma_copy, wgmma_tile
+from workbook import gpus, sass, stepper
+from workbook.primer import draw, exercises, layouts, pipeline, tcgen05_tile, tma_copy, wgmma_tile
 
 print(gpus.describe())
 HERE = gpus.current()
@@ -55,7 +55,7 @@ def opcodes(art, *prefixes):
 # global tensor and the shared-memory layout of one tile:
 
 # %%
-source.excerpt(tma_copy.tma_copy_host, "smem_layout =", "store, tma_out")
+stepper.excerpt(tma_copy, "smem_layout =", "store, tma_out")
 
 # %% [markdown]
 # How does the kernel know the bytes have landed? An **mbarrier** (8 bytes of shared memory) counts two things:
@@ -65,7 +65,7 @@ source.excerpt(tma_copy.tma_copy_host, "smem_layout =", "store, tma_out")
 # every thread. `tma_partition` gives the TMA view of the tile: the whole box is one "value".
 
 # %%
-source.excerpt(tma_copy.tma_copy_kernel, "if tidx == 0:", "cp_async_bulk_wait_group")
+stepper.excerpt(tma_copy, "if tidx == 0:", "cp_async_bulk_wait_group")
 
 # %% [markdown]
 # ### What it compiles to, next to plain loads
@@ -144,8 +144,7 @@ assert (chunks == np.arange(8)[None, :] ^ np.arange(8)[:, None]).all()
 # but descriptors; the accumulator is a register tensor of the shape `partition_C` gives. Then:
 
 # %%
-print(source.excerpt(wgmma_tile.wgmma_tile, "thr_mma =", "acc = cute.make_rmem_tensor"))
-source.excerpt(wgmma_tile.wgmma_tile, "warpgroup.fence()", "warpgroup.wait_group(0)")
+stepper.excerpt(wgmma_tile, "thr_mma = tiled_mma.get_slice(tidx)", "warpgroup.wait_group(0)")
 
 # %% [markdown]
 # `fence` orders the registers the MMAs touch against earlier instructions; `cute.gemm` issues the MMAs (the
@@ -196,8 +195,8 @@ else:
 # are used.
 
 # %%
-print(source.excerpt(tcgen05_tile.issue_mma, "with cute.arch.elect_one", "tcgen05.commit"), end="\n\n")
-source.excerpt(tcgen05_tile.store_accumulator, "t2r =", "fence_view_async_tmem_load")
+print(stepper.excerpt(tcgen05_tile, '"""Warp 0: TMA both operands', "tcgen05.commit"), end="\n\n")
+stepper.excerpt(tcgen05_tile, "t2r =", "fence_view_async_tmem_load")
 
 # %%
 tc = tcgen05_tile.compile(16, 64)
@@ -281,8 +280,9 @@ fig.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=draw.PALETTE[i]) for i in 
 plt.show()
 display(pd.DataFrame(pipeline.phases(10), columns=["index", "phase"]).T.rename_axis("consumer step k", axis=1))
 # the two roles, from workbook/primer/pipeline.py
-print(source.excerpt(pipeline.produce, "state = ", "producer_tail"), end="\n\n")
-source.excerpt(pipeline.consume, "state = ", "state.advance()")
+print(stepper.excerpt(pipeline, "state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer", "producer_tail"),
+      end="\n\n")
+stepper.excerpt(pipeline, "state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer", "state.advance()")
 
 # %%
 art = pipeline.compile()

@@ -24,9 +24,9 @@ from IPython.display import display
 
 import kmeans_kernels
 from kmeans_kernels import blackwell, sass_checks, seeds
-from workbook import gpus, plots
+from workbook import gpus, plots, stepper
 from workbook import sass as sass_tools
-from workbook.primer import draw, exercises, source, tcgen05_tile
+from workbook.primer import draw, exercises, tcgen05_tile
 
 print(gpus.describe())
 
@@ -74,7 +74,7 @@ plt.show()
 # the kernel fences every load before the release. The epilogue's step per tile, from `kmeans_kernels/blackwell.py`:
 
 # %%
-source.excerpt(blackwell.AssignKernel.epilogue, "full = acc_consumer.wait_and_advance()", "full.release()")
+stepper.excerpt(blackwell, "full = acc_consumer.wait_and_advance()", "full.release()")
 
 # %% [markdown]
 # ## The variants: one change each

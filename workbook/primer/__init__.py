@@ -2,7 +2,7 @@
 functions whose source is in a file).
 
     vector_add   out = a + b, one element per thread: the whole path from Python to SASS once
-    layouts      shape:stride, evaluated at trace time; a tiled copy (local_tile, a thread partition,
+    layouts      shape:stride, evaluated at trace time; a tiled kernel, out = alpha * x (local_tile, a thread partition,
                  an identity tensor for the tail, a register fragment)
     trace_time   what runs while Python traces (const_expr, range_constexpr, print) and what runs on
                  the GPU (cutlass.range, cute.printf)
