@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 01 · The k-means assignment problem, and the answer every kernel must give
+# # 03 · The k-means assignment problem, and the answer every kernel must give
 #
 # Lloyd's k-means alternates two steps: **assign** every point to its nearest centroid, then move each centroid
 # to the mean of its points. The assignment is nearly all the work: for `N` points and `K` centroids in `D`
@@ -13,8 +13,9 @@
 # * the contract for **ties, NaN, ±inf and −0.0**, each rule shown on a worked example run through
 #   `kmeans_kernels.reference`;
 # * why the scores must be kept in **fp32**: with bf16 scores, a measurable share of points gets the wrong centroid;
-# * how much work the 13 shapes of the seed PR are, and the **fastest any kernel could run them** on an H200 and a
-#   B200 (the roofline), next to what the PR's kernel measured on a B200.
+# * how much work the 13 shapes of the seed PR are, and the **floor** of each on the H200: the largest of the
+#   tensor-core time, the CUDA-core time of the argmin and the DRAM time, the yardstick every later step is
+#   measured against; and the B200 roofline next to what the PR's kernel measured there.
 #
 # Everything here runs on a CPU in seconds.
 
@@ -28,8 +29,9 @@ import torch
 from IPython.display import display
 
 from kmeans_kernels import reference
-from kmeans_kernels import seeds as pr
+from kmeans_kernels import seeds
 from workbook import gpus, plots
+from workbook.primer import exercises
 
 print(gpus.describe())
 
@@ -160,6 +162,7 @@ def experiment(mu: float, seed: int):
     }
 
 
+# %%
 runs = [experiment(mu, seed=100 + i) for i, mu in enumerate(OFFSETS)]
 wrong = pd.DataFrame([{k: v for k, v in r.items() if "%" in k or k == "mu"} for r in runs]).set_index("mu")
 wrong.index.name = "offset μ"
@@ -169,13 +172,11 @@ assert (wrong["fp32 wrong %"] == 0).all() and wrong["bf16 wrong %"].is_monotonic
 assert wrong["bf16 wrong %"].iloc[0] > 1 and wrong["bf16 wrong %"].iloc[-1] > 50
 
 # %%
-fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4), layout="constrained")
-
+fig, left = plt.subplots(figsize=(8, 4), layout="constrained")
+bins = np.logspace(-3, 3, 61)
 for r, color in ((runs[0], "#2b7bba"), (runs[3], "#c44e52")):
     steps = r["gap_steps"].clamp_min(1e-3).numpy()
-    bins = np.logspace(-3, 3, 61)
-    left.hist(steps, bins=bins, histtype="step", color=color, linewidth=1.5,
-              label=f"μ = {r['mu']:g}: all points")
+    left.hist(steps, bins=bins, histtype="step", color=color, linewidth=1.5, label=f"μ = {r['mu']:g}: all points")
     left.hist(steps[r["bf16_wrong"].numpy()], bins=bins, color=color, alpha=0.35,
               label=f"μ = {r['mu']:g}: points bf16 gets wrong")
 left.axvline(1, color="0.2", linestyle="--", linewidth=1)
@@ -188,22 +189,24 @@ left.set_xlabel("score gap between the two nearest centroids, in bf16 steps of t
 left.set_ylabel("points")
 left.set_title("Wrong picks are the points whose gap is under a few bf16 steps", fontsize="medium")
 left.legend(fontsize="small", frameon=False, loc="upper left", ncols=2)
+left.spines[["top", "right"]].set_visible(False)
+plots.caption(left, f"this notebook, CPU, N={N}, D={D}, K={K}, bf16 inputs; wrong = not the float64 winner")
+plt.show()
 
+# %%
+fig, right = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
 right.plot(wrong.index, wrong["bf16 wrong %"], "o-", color="#c44e52", label="bf16 scores")
 right.plot(wrong.index, wrong["fp32 wrong %"], "s-", color="#2b7bba", label="fp32 scores (the contract)")
-right.set_xlabel("offset μ of the data (points and centroids ~ N(μ, 1))")
-right.set_ylabel("points assigned to the wrong centroid (%)")
+right.set(xlabel="offset μ of the data (points and centroids ~ N(μ, 1))", ylim=(0, 105), xlim=(-0.6, None),
+          ylabel="points assigned to the wrong centroid (%)")
 right.set_title("bf16 scores fail more as the data moves off 0", fontsize="medium")
-right.set_ylim(bottom=0, top=105)
-right.set_xlim(left=-0.6)
 for mu, pct in wrong["bf16 wrong %"].items():
     if mu in (0, 2, 4, 8):  # the crowded ones in between are in the table above
         right.annotate(f"{pct:.1f}%", (mu, pct), xytext=(-4 if mu == 0 else 0, 7), textcoords="offset points",
                        ha="right" if mu == 0 else "center", fontsize="small", color="#c44e52")
 right.legend(frameon=False)
-for ax in (left, right):
-    ax.spines[["top", "right"]].set_visible(False)
-plots.caption(right, f"this notebook, CPU, N={N}, D={D}, K={K}, bf16 inputs; wrong = not the float64 winner")
+right.spines[["top", "right"]].set_visible(False)
+plots.caption(right, "the same six runs as the table (one random draw each, CPU)")
 plt.show()
 
 # %% [markdown]
@@ -213,118 +216,140 @@ plt.show()
 # change a single distance, so this is pure rounding. The kernels therefore keep the GEMM accumulator and the
 # norms in fp32 all the way to the comparison.
 #
-# ## How much work, and the fastest it could go
+# ## How much work, and the floor
 #
-# The 13 shapes below are the ones flashlib PR #22 measured on a B200 (seed 000, transcribed in `data/pr/`).
-# Counting only what no kernel can avoid:
+# The 13 shapes below are the ones flashlib PR #22 measured on a B200 (seed 000, transcribed in `data/pr/`). A
+# kernel cannot avoid three costs, and on the H200 each has a rate:
 #
-# * **FLOPs** `= 2·N·K·D`: one multiply and one add per term of every dot product. (The `N·K` norm additions and
-#   comparisons are not counted: they run on the CUDA cores, not the tensor cores.)
-# * **bytes** `= N·D·2 + K·D·2 + N·4 + K·4`: read the bf16 points and centroids once, write one int32 id per point,
-#   read one fp32 norm per centroid. The `N × K` scores never leave the chip.
+# * **tensor cores**: `2·N·D·K` FLOPs (a multiply and an add per term of every dot product) at about 790 TFLOP/s,
+#   the dense bf16 rate a tuned GEMM reaches on our H200 (cuBLAS's, in `gpus.H200.measured`; the datasheet's
+#   989 is a peak nobody reaches);
+# * **CUDA cores**: the argmin, about 4 operations per score (the score from the half norm and the dot product,
+#   compare, select the score, select the index) for `N·K` scores, on 132 SMs × 128 lanes at 1.98 GHz;
+# * **DRAM**: `N·D·2 + K·D·2 + N·4 + K·4` bytes (the bf16 points and centroids once, a norm per centroid, an
+#   int32 id per point; the `N × K` scores never leave the chip) at about 4.3 TB/s, a large copy's rate here.
 #
-# The **roofline** bound is the larger of *FLOPs / peak bf16 tensor throughput* and *bytes / peak HBM bandwidth*
-# (`workbook.gpus.roofline_ms`, with each peak's datasheet source in `workbook.gpus`). The ratio FLOPs/bytes, the
-# arithmetic intensity, is about `K` when `N ≫ K`; a shape is **compute-bound** when it exceeds the GPU's
-# peak FLOP/s ÷ peak bytes/s.
+# The **floor** of a shape is the largest of the three (DESIGN.md, measurement method). No kernel runs faster;
+# every later step is reported as a share of it.
 
 # %%
-shapes = pr.nightly_table()
-rows = []
-for _, r in shapes.iterrows():
-    n, d, k = int(r.N), int(r.D), int(r.K)
-    flops = 2 * n * k * d
-    nbytes = n * d * 2 + k * d * 2 + n * 4 + k * 4
-    b200, h200 = gpus.roofline_ms(flops, nbytes, "b200"), gpus.roofline_ms(flops, nbytes, "h200")
-    rows.append({"N": n, "D": d, "K": k, "GFLOP": flops / 1e9, "MB": nbytes / 1e6, "FLOP/byte": flops / nbytes,
-                 "H200 bound (ms)": h200.ms, "H200 bound by": h200.bound,
-                 "B200 bound (ms)": b200.ms, "B200 bound by": b200.bound,
-                 "PR on B200, measured (ms)": r.pr_ms, "PR / B200 bound": b200.ms / r.pr_ms})
-work = pd.DataFrame(rows)
-ridge = {spec.name: spec.bf16_dense_tflops * 1e12 / (spec.hbm_tbps * 1e12) for spec in (gpus.H200, gpus.B200)}
-print("compute-bound above (FLOP/byte): " + ", ".join(f"{name} {v:.0f}" for name, v in ridge.items()))
-display(work.style.hide(axis="index").format({
-    "N": "{:,}", "K": "{:,}", "GFLOP": "{:.1f}", "MB": "{:.1f}", "FLOP/byte": "{:,.0f}",
-    "H200 bound (ms)": "{:.4f}", "B200 bound (ms)": "{:.4f}", "PR on B200, measured (ms)": "{:.4f}",
-    "PR / B200 bound": "{:.0%}"}))
+TENSOR_TFLOPS, EPILOGUE_OPS, LANES, CLOCK_GHZ, DRAM_TBPS = 790.0, 4, 132 * 128, 1.98, 4.3  # the H200 rates above
 
-# %% [markdown]
-# Every one of the 13 shapes is compute-bound on both GPUs: even `K = 512` gives about 500 FLOP/byte, above both
-# ridges. The last column is the share of the B200 roofline the PR's kernel reached, in the PR author's
-# measurement (not ours: we have no B200).
+
+def floor_us(n: int, d: int, k: int) -> dict:
+    """The three unavoidable costs of one assignment on the H200, in microseconds, and the floor."""
+    terms = {"tensor cores": 2 * n * d * k / (TENSOR_TFLOPS * 1e12) * 1e6,
+             "CUDA cores (argmin)": EPILOGUE_OPS * n * k / (LANES * CLOCK_GHZ * 1e9) * 1e6,
+             "DRAM": (n * d * 2 + k * d * 2 + n * 4 + k * 4) / (DRAM_TBPS * 1e12) * 1e6}
+    bound = max(terms, key=terms.get)
+    return {**terms, "floor": terms[bound], "bound by": bound}
+
+
+shapes = seeds.nightly_table()
+work = pd.DataFrame([{"N": int(r.N), "D": int(r.D), "K": int(r.K), **floor_us(int(r.N), int(r.D), int(r.K))}
+                     for r in shapes.itertuples()])
+us = {c: "{:,.1f}" for c in ("tensor cores", "CUDA cores (argmin)", "DRAM", "floor")}
+print("microseconds on the H200:")
+display(work.style.hide(axis="index").format({"N": "{:,}", "K": "{:,}", **us}))
 
 # %%
-labels = pr.shape_labels(work)
-pos = np.arange(len(work))
-fig, (roof, bars) = plt.subplots(1, 2, figsize=(13, 4.8), layout="constrained",
-                                 gridspec_kw={"width_ratios": [1, 1.5]})
-
-# left: the classic roofline, attainable TFLOP/s against arithmetic intensity
-ai = np.logspace(1, 4.5, 200)
-for spec, color in ((gpus.H200, "#dd8452"), (gpus.B200, "#2b7bba")):
-    roof.plot(ai, np.minimum(spec.bf16_dense_tflops, ai * spec.hbm_tbps), color=color,
-              label=f"{spec.name.split()[-1]} roofline (datasheet peaks)")
-for spec, color in ((gpus.H200, "#dd8452"), (gpus.B200, "#2b7bba")):
-    r = ridge[spec.name]
-    roof.vlines(r, 10, spec.bf16_dense_tflops, color=color, linestyle=":", linewidth=1)
-    roof.annotate(f"ridge {r:.0f}", (r, 12), xytext=(3, 0), textcoords="offset points", color=color,
-                  fontsize="x-small", rotation=90, va="bottom")
-achieved = work["GFLOP"] / work["PR on B200, measured (ms)"]  # GFLOP / ms = TFLOP/s
-for k, marker in ((512, "^"), (4096, "D"), (16384, "s")):
-    at = work["K"] == k
-    roof.scatter(work["FLOP/byte"][at], achieved[at], color="k", marker=marker, s=24, zorder=3,
-                 label=f"PR #22 kernel, K = {k:,}")
-roof.set_xscale("log")
-roof.set_yscale("log")
-roof.set_xlabel("arithmetic intensity (FLOP/byte)")
-roof.set_ylabel("TFLOP/s")
-roof.set_title("The 13 shapes on the roofline", fontsize="medium")
-roof.set_ylim(10, 5e3)
-roof.legend(fontsize="small", frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncols=2,
-            title="points: measured on a B200 by the PR author", title_fontsize="small")
-
-# right: per shape, the bound on each GPU and the PR's measured time
-for spec, color, dx in ((gpus.H200, "#dd8452", -0.2), (gpus.B200, "#2b7bba", 0.0)):
-    col = work[f"{spec.name.split()[-1]} bound (ms)"]
-    compute = work[f"{spec.name.split()[-1]} bound by"] == "compute"
-    bars.scatter(pos[compute] + dx, col[compute], color=color, marker="o", s=30,
-                 label=f"{spec.name.split()[-1]} bound (compute-bound: filled)")
-    bars.scatter(pos[~compute] + dx, col[~compute], facecolors="none", edgecolors=color, marker="o", s=30,
-                 label=f"{spec.name.split()[-1]} bound (memory-bound)" if (~compute).any() else None)
-bars.scatter(pos + 0.2, work["PR on B200, measured (ms)"], color="k", marker="D", s=22,
-             label="PR #22 on a B200, measured by the PR author")
-bars.set_yscale("log")
-bars.set_xticks(pos, labels, rotation=45, ha="right", fontsize="small")
-bars.set_xlabel("N x D x K")
-bars.set_ylabel("ms (log scale)")
-bars.set_title("Fastest possible time per shape, and the PR kernel's", fontsize="medium")
-bars.legend(fontsize="small", frameon=False, loc="lower right")
-bars.grid(axis="y", which="major", color="0.9")
-for ax in (roof, bars):
-    ax.spines[["top", "right"]].set_visible(False)
-plots.caption(bars, "bounds from workbook.gpus (datasheet peaks); measured ms from seed 000 "
-              "(data/pr/kmeans_pr22_nightly.csv, PR column), a B200 that is not ours")
+labels, pos = seeds.shape_labels(work), np.arange(len(work))
+fig, ax = plt.subplots(figsize=(12, 4.6), layout="constrained")
+for term, marker, color in (("tensor cores", "o", "#2b7bba"), ("CUDA cores (argmin)", "s", "#55a868"),
+                            ("DRAM", "^", "#9a9a9a")):
+    ax.scatter(pos, work[term], marker=marker, color=color, s=40, label=term, zorder=3)
+ax.scatter(pos, work["floor"], s=190, facecolors="none", edgecolors="k", linewidths=1.2, zorder=4,
+           label="the floor: the largest of the three")
+ax.set_yscale("log")
+ax.set_xticks(pos, labels, rotation=35, ha="right", fontsize="small")
+ax.set(xlabel="N x D x K", ylabel="µs (log scale)")
+ax.set_title("The unavoidable costs of each seed shape on the H200", fontsize="medium")
+ax.grid(axis="y", which="major", color="0.9")
+ax.legend(frameon=False, fontsize="small", ncols=4, loc="upper left")
+ax.spines[["top", "right"]].set_visible(False)
+plots.caption(ax, "rates of DESIGN.md: 790 TFLOP/s; 4 operations per score on 132 x 128 lanes at 1.98 GHz; "
+              "4.3 TB/s. Computed, not measured")
 plt.show()
+argmin_share = (work["CUDA cores (argmin)"] / work["tensor cores"]).groupby(work["D"]).first()
+print("the argmin's CUDA-core time as a share of the tensor-core time:",
+      ", ".join(f"D = {d}: {v:.0%}" for d, v in argmin_share.items()))
+assert (work["bound by"] == "tensor cores").all()
 
 # %% [markdown]
-# Two things to take away.
+# Every seed shape's floor is the tensor cores', and DRAM is far below it: these shapes are compute-bound. But
+# the argmin's CUDA-core time is not small next to the floor, and it does not depend on `N` or `K`, only on
+# `D`: per score the tensor cores do `2·D` FLOPs, the argmin a fixed handful of operations. At `D = 64` the scan
+# needs most of the floor's time on the CUDA cores, so a kernel can approach the floor only if the scan of one
+# tile runs *while* the tensor cores compute the next, and only if the scan itself wastes nothing. That is what
+# the kernel steps of notebooks 04-07 work on.
 #
-# * **The bound is a floor, not a forecast.** It counts only the tensor-core math and the compulsory HBM traffic,
-#   and leaves out everything else a kernel does: the `N × K` score scan on the CUDA cores, filling and draining the
-#   pipeline, the launch. Where the whole bound is a few microseconds (`K = 512`), those other costs are most of the
-#   time; on the largest shapes the PR kernel gets to about half of the bound:
+# ## On a B200, and what the PR measured there
+#
+# We have no B200. For the PR's own numbers, the yardstick is the B200's datasheet roofline (tensor peak and HBM
+# bandwidth, `workbook.gpus.roofline_ms`): the times below were **measured by the PR's author**, on their B200.
 
 # %%
-share = work.groupby("K")["PR / B200 bound"].agg(["min", "max"])
-for k, (lo, hi) in share.iterrows():
-    print(f"K = {k:>6,}: the PR kernel runs at {lo:.0%} to {hi:.0%} of the B200 bound")
-largest = work.nlargest(4, "GFLOP")["PR / B200 bound"]
-assert share.loc[512, "max"] < 0.15 and largest.between(0.4, 0.6).all()  # what the text says
+b200 = pd.DataFrame([{"K": int(r.K), "GFLOP": 2 * r.N * r.D * r.K / 1e9, "PR ms": r.pr_ms,
+                      "B200 roofline ms": gpus.roofline_ms(2 * r.N * r.D * r.K, r.N * r.D * 2 + r.K * r.D * 2 +
+                                                           r.N * 4 + r.K * 4, "b200").ms}
+                     for r in shapes.itertuples()])
+b200["share of the roofline"] = b200["B200 roofline ms"] / b200["PR ms"]
+fig, ax = plt.subplots(figsize=(6.5, 3.8), layout="constrained")
+for k, marker in ((512, "^"), (4096, "D"), (16384, "s")):
+    at = b200["K"] == k
+    ax.scatter(b200["GFLOP"][at], 100 * b200["share of the roofline"][at], marker=marker, color="k",
+               label=f"K = {k:,}")
+ax.set_xscale("log")
+ax.set(xlabel="GFLOP of the shape (log scale)", ylabel="% of the B200 roofline", ylim=(0, 100))
+ax.set_title("PR #22's kernel on a B200, as a share of its roofline", fontsize="medium")
+ax.legend(frameon=False, fontsize="small")
+ax.spines[["top", "right"]].set_visible(False)
+plots.caption(ax, "seed 000 (data/pr/kmeans_pr22_nightly.csv, PR column), measured by the PR author on a B200 "
+              "that is not ours; roofline from workbook.gpus (datasheet peaks)")
+plt.show()
+for k, (lo, hi) in b200.groupby("K")["share of the roofline"].agg(["min", "max"]).iterrows():
+    print(f"K = {k:>6,}: the PR kernel runs at {lo:.0%} to {hi:.0%} of the B200 roofline")
 
 # %% [markdown]
-# * **The scan is the part to optimise.** Per score, the tensor cores do `2·D` FLOPs, but the scan (add the norm,
-#   compare, keep the index) costs the same whatever `D` is. The smaller `D`, the larger its share. That scan is what
-#   PR #22 optimised (a two-chain argmin, register-staged norms), and what the kernel notebooks build step by step.
+# The roofline is a floor, not a forecast: where the whole bound is a few microseconds (`K = 512`), launch,
+# pipeline fill and drain and the scan are most of the time; the largest shapes reach about half of it.
 #
-# Next, the kernel notebooks build this fused GEMM + argmin step by step: Hopper first, then Blackwell
-# (`05_kmeans_blackwell_tcgen05`), each checked against `kmeans_kernels.reference`.
+# ## Exercises
+#
+# 1. **The contract.** A point `x = (1, 0)` and three centroids `c0 = (NaN, 0)`, `c1 = (3, 0)`, `c2 = (−1, 0)`.
+#    Which index does `kmeans_kernels.reference.assign` return? Work out the three scores first.
+# 2. **The crossover.** With the H200 rates above, at which `D` (to the nearest integer) does the argmin's
+#    CUDA-core time equal the tensor-core time? (It does not depend on `N` or `K`.)
+#
+# Replace each `None` with your answer.
+
+# %%
+point = torch.tensor([[1.0, 0.0]], dtype=bf16)
+centroids = torch.tensor([[float("nan"), 0.0], [3.0, 0.0], [-1.0, 0.0]], dtype=bf16)
+exercises.check_value("the index the reference assigns to x = (1, 0)", None,
+                      int(reference.assign(point, centroids)[0]),
+                      hint="a NaN score never wins; of two equal scores the lower index wins")
+exercises.check_value("the D at which the argmin's CUDA-core time equals the tensor-core time", None,
+                      round(EPILOGUE_OPS * TENSOR_TFLOPS * 1e12 / (2 * LANES * CLOCK_GHZ * 1e9)),
+                      hint="set 2·N·D·K / (tensor FLOP/s) equal to 4·N·K / (CUDA-core operations/s), solve for D");
+
+# %% [markdown]
+# <details><summary>Solutions (click to open)</summary>
+#
+# 1. Scores `0.5·‖c‖² − ⟨x, c⟩`: `c0` is NaN (a NaN coordinate), `c1` is `4.5 − 3 = 1.5`, `c2` is `0.5 + 1 = 1.5`.
+#    NaN never wins and `c1`, `c2` tie, so the lowest index of the tie wins: **1**. (Both are at distance 2 from
+#    `x`; the score agrees.)
+# 2. `2·D / 790e12 = 4 / (132·128·1.98e9)` gives `D = 4 · 790e12 / (2 · 132 · 128 · 1.98e9) ≈ 47.2`: **47**.
+#    Below it the scan, not the tensor cores, would set the floor; every seed shape has `D ≥ 64`.
+#
+# </details>
+#
+# ## Take-away
+#
+# The answer is pinned down before any kernel: the lowest-index winner of fp32 scores, with rules for ties, NaN,
+# ±inf and −0.0 that `kmeans_kernels.reference` implements and every kernel must match bit for bit on exact
+# inputs. fp32 is not optional: in the experiment above bf16 scores pick a wrong centroid for a share of the
+# points that grows to most of them as the data moves off 0. And the floor of each seed shape on the H200 is its
+# tensor-core time, with the argmin needing a large share of that time again on the CUDA cores (the printed
+# shares): the kernels must overlap the two to come near the floor. Next, notebook 04 builds
+# the first Hopper kernel (the fused GEMM and serial argmin); notebook 08 turns to Blackwell.
