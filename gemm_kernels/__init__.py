@@ -11,23 +11,14 @@ stage arithmetic are pure Python and know every GPU in `workbook.gpus`.
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 
-from workbook import gpus
+from workbook import dispatch
 
-BACKENDS = {"sm_90a": "gemm_kernels.hopper", "sm_100a": "gemm_kernels.blackwell"}
-
-
-def backend(arch: str):
-    if arch not in BACKENDS:
-        raise ValueError(f"no GEMM kernels for arch {arch!r}; kernels exist for {sorted(BACKENDS)}")
-    return importlib.import_module(BACKENDS[arch])
-
-
-def arch_of(device: torch.device) -> str:
-    return gpus.kernel_arch(device, instead="torch.matmul")
+BACKENDS = dispatch.Backends("GEMM", {"sm_90a": "gemm_kernels.hopper", "sm_100a": "gemm_kernels.blackwell"},
+                             instead="torch.matmul")
+backend = BACKENDS.module
+arch_of = BACKENDS.arch_of
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, **kwargs) -> torch.Tensor:

@@ -6,39 +6,29 @@
     art.ptx, art.cubin, art.sass
 
 The answer is defined by `kmeans_kernels.reference` (see its docstring for the numerical contract).
-Each architecture has one backend module that exposes the same four names:
+Each architecture has one backend module (`BACKENDS`) that exposes the same four names:
 
     VARIANTS                      the variant names it implements, in tutorial order
     auto_variant(N, D, K)         which one `variant="auto"` picks for a shape, from measurements
     run(variant, x, c, c_sq, out) launch on CUDA tensors already validated here, filling `out`
     compile(variant, N, D, K, dump_dir)   compile with no GPU, returning a `workbook.sass.Artifacts`
+
+What each variant name is made of on each arch, and the D every kernel takes, is `kmeans_kernels.variants`.
 """
 from __future__ import annotations
-
-import importlib
 
 import torch
 
 from kmeans_kernels import reference
-from workbook import gpus
 from kmeans_kernels.reference import scores  # noqa: F401  (re-exported for users)
+from kmeans_kernels.variants import D_MAX, D_MULTIPLE, check_d  # noqa: F401  (D_MAX, D_MULTIPLE: for users)
+from workbook import dispatch
 
-# arch -> backend module; sm_120 (consumer Blackwell) has no tcgen05 2-SM MMA and gets none of these.
-BACKENDS = {"sm_90a": "kmeans_kernels.hopper", "sm_100a": "kmeans_kernels.blackwell"}
+BACKENDS = dispatch.Backends("k-means", {"sm_90a": "kmeans_kernels.hopper", "sm_100a": "kmeans_kernels.blackwell"},
+                             instead="kmeans_kernels.reference.assign")
+backend = BACKENDS.module
+arch_of = BACKENDS.arch_of
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
-D_MULTIPLE = 16
-D_MAX = 512
-
-
-def backend(arch: str):
-    if arch not in BACKENDS:
-        raise ValueError(f"no k-means kernels for arch {arch!r}; kernels exist for {sorted(BACKENDS)}")
-    return importlib.import_module(BACKENDS[arch])
-
-
-def arch_of(device: torch.device) -> str:
-    """The kernel arch for a CUDA device: sm_90a for compute capability 9.0, sm_100a for 10.0."""
-    return gpus.kernel_arch(device, instead="kmeans_kernels.reference.assign")
 
 
 def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, out: torch.Tensor | None) -> None:
@@ -49,10 +39,7 @@ def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, ou
                          f"(use kmeans_kernels.reference.assign on the CPU)")
     if x.dtype not in SUPPORTED_DTYPES or c.dtype != x.dtype:
         raise ValueError(f"the kernels take bf16 or fp16 x and c of one dtype; got x {x.dtype}, c {c.dtype}")
-    D = x.shape[1]
-    if D % D_MULTIPLE or D > D_MAX:
-        raise ValueError(f"D={D} is unsupported by the tensor-core kernels: D must be a multiple of {D_MULTIPLE} "
-                         f"up to {D_MAX} (use kmeans_kernels.reference.assign for other D)")
+    check_d(x.shape[1])
     for name, t in (("x", x), ("c", c)):
         if not t.is_contiguous():
             raise ValueError(f"{name} must be row-major contiguous (call .contiguous()); got strides {t.stride()}")
@@ -90,9 +77,9 @@ def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
 
 def compile_assign(variant: str, *, N: int, D: int, K: int, arch: str = "sm_90a", dump_dir=None):
     """Compile one variant for `arch` with no GPU; returns an object with .ptx, .cubin and .sass."""
-    if D % D_MULTIPLE or D > D_MAX or min(N, D, K) < 1:
-        raise ValueError(f"unsupported shape N={N}, D={D}, K={K}: N, K >= 1 and D a multiple of {D_MULTIPLE} "
-                         f"up to {D_MAX}")
+    if min(N, K) < 1:
+        raise ValueError(f"unsupported shape N={N}, D={D}, K={K}: N and K must be >= 1")
+    check_d(D)
     be = backend(arch)
     if variant == "auto":
         variant = be.auto_variant(N, D, K)

@@ -54,20 +54,20 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 
-from kmeans_kernels import reduce
-from workbook import launch, sass
+from kmeans_kernels import reduce, variants
+from kmeans_kernels.variants import D_MAX, D_MULTIPLE, check_d  # noqa: F401  (D_MAX, D_MULTIPLE: the D rule)
+from workbook import gpus, launch, sass
 
 BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup)
 BLOCK_N = 128          # centroids per tile: the WGMMA N ...
 WIDE_BLOCK_N = 256     # ... and in the "wide" variant
 BLOCK_D = 64           # D per ring slot: one 128-byte swizzle atom of 16-bit elements
 MAX_STAGES = 8
-SM_SMEM_BYTES = 233472  # shared memory of one sm_90 SM (228 KiB) ...
-CTA_SMEM_RESERVED = 1024  # ... of which the hardware reserves 1 KiB per resident CTA
-BLOCK_SMEM_MAX = 232448  # the most one CTA may opt in to (227 KiB)
+ARCH = "sm_90a"
+SM_SMEM_BYTES = gpus.H200.smem_per_sm_bytes                    # shared memory of one sm_90 SM (228 KiB) ...
+CTA_SMEM_RESERVED = gpus.H200.smem_reserved_per_block_bytes    # ... of which CUDA keeps 1 KiB per resident CTA
+BLOCK_SMEM_MAX = gpus.H200.smem_per_block_bytes                # the most one CTA may opt in to (227 KiB)
 MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring this deep
-D_MULTIPLE = 16        # the WGMMA K of 16-bit operands
-D_MAX = 512            # x[128, 512] bf16 is 128 KiB resident; beyond that too few ring slots remain
 CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
 PRODUCER_WARP = 8      # warp 8 issues every TMA
 THREADS = 32 * (CONSUMER_WARPS + 1)
@@ -86,15 +86,10 @@ class VariantSpec:
     ping_pong: bool = False
 
 
-# One table, in tutorial order. `wide`'s 128-register accumulator allows one CTA per SM, which leaves no other
-# CTA to overlap with, so its warpgroups ping-pong. (The 128-wide variants also run alone on an SM at D > 256;
-# ping-pong there is not measured, so they keep the plain loop.)
-VARIANT_SPECS = {
-    "serial": VariantSpec("serial"),
-    "ilp2": VariantSpec("ilp2"),
-    "norm_broadcast": VariantSpec("ilp2", broadcast_norms=True),
-    "wide": VariantSpec("ilp2", broadcast_norms=True, block_n=WIDE_BLOCK_N, ping_pong=True),
-}
+# In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms either loaded by each
+# thread or broadcast by shuffles.
+VARIANT_SPECS = {name: VariantSpec(r.scan, broadcast_norms=r.norms == "shuffle", block_n=r.tile_n,
+                                   ping_pong=r.ping_pong) for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(VARIANT_SPECS)
 
 
@@ -149,14 +144,11 @@ def _flat_index(row: int, col: int) -> int:
 def check_shape(D: int, dtype: torch.dtype = torch.bfloat16) -> None:
     if dtype not in _DTYPES:
         raise ValueError(f"the Hopper kernels take bf16 or fp16; got {dtype}")
-    if D < D_MULTIPLE or D % D_MULTIPLE or D > D_MAX:
-        raise ValueError(f"D={D} is unsupported by the Hopper kernels: D must be a multiple of {D_MULTIPLE} "
-                         f"from {D_MULTIPLE} to {D_MAX}")
+    check_d(D)
 
 
 def check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r} does not exist for sm_90a; choose from {VARIANTS}")
+    variants.recipe(ARCH, variant)
 
 
 # --------------------------------------------------------------------------------------------------

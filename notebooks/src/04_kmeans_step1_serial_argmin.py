@@ -330,8 +330,7 @@ def chain_depth(sass_text):
     """(compare-select depth, tiles scanned) of the Hopper scan block."""
     block = sass_checks.scan_block(sass_text, after=None)
     depth = sass_checks.compare_select_depth(sass_text, after=None)
-    scores_per_tile = 2 * hopper.BLOCK_N // 4          # 2 rows x 32 columns per thread
-    return depth, sum(ins.base == "FADD" for ins in block) / scores_per_tile
+    return depth, sass_checks.scan_tiles(block)       # 2 rows x 32 columns per thread and tile
 
 
 depth, tiles = chain_depth(art.sass)

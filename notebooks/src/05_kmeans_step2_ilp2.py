@@ -153,7 +153,7 @@ def scan_evidence(sass_text):
     block = sass_checks.scan_block(sass_text, after=None)
     depth = sass_checks.compare_select_depth(sass_text, after=None)
     work = sass_checks.compare_select_count(sass_text, after=None)
-    tiles = sum(ins.base == "FADD" for ins in block) / (2 * hopper.BLOCK_N // 4)   # 2 rows x 32 columns
+    tiles = sass_checks.scan_tiles(block)       # 2 rows x 32 columns per thread and tile
     return {"tiles in the scan block": tiles, "compare-select ops": work, "per tile": work / tiles,
             "chain depth": depth, "depth per tile": depth / tiles}
 

@@ -110,7 +110,7 @@ OPS = ("LDG", "SHFL", "LDS", "STS", "BAR", "FSETP", "FSEL", "ISETP")
 
 def per_tile(sass_text):
     block = sass_checks.scan_block(sass_text, after=None)
-    tiles = sum(ins.base == "FADD" for ins in block) / (2 * hopper.BLOCK_N // 4)   # 2 rows x 32 columns
+    tiles = sass_checks.scan_tiles(block)       # 2 rows x 32 columns per thread and tile
     counts = pd.Series([ins.base for ins in block]).value_counts()
     return {op: counts.get(op, 0) / tiles for op in OPS}
 
