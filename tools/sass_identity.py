@@ -137,15 +137,15 @@ def _compile(kind: str, args: dict):
         return backend.compile(args["variant"], 1000, args["D"], 1000, dtype=_dtype(args["dtype"]))
     M, N, K = args["shape"]
     kw = dict(args["kw"])
+    import gemm_kernels
     if kind == "gemm-hopper":
-        from gemm_kernels import hopper
-        if "trace" in kw and "variant" in inspect.signature(hopper.compile_gemm).parameters:
-            kw["variant"] = {"trace": kw.pop("trace")}     # the API before the options object
-        return hopper.compile_gemm(M, N, K, **kw)
-    from gemm_kernels import blackwell
+        entry = gemm_kernels.backend("sm_90a").compile_gemm
+        if "trace" in kw and "variant" in inspect.signature(entry).parameters:
+            kw["variant"] = {"trace": kw.pop("trace")}     # a tree from before the options object
+        return entry(M, N, K, **kw)
     if "dtype" in kw:
         kw["dtype"] = _dtype(kw["dtype"])
-    return blackwell.compile_gemm(M, N, K, **kw)
+    return gemm_kernels.backend("sm_100a").compile_gemm(M, N, K, **kw)
 
 
 def _sha(text: str) -> str:

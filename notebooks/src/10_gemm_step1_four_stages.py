@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from gemm_kernels import hopper, stages
+from gemm_kernels import hopper, hopper_host, hopper_options, stages
 from workbook import gpus, plots, pr, records
 from workbook import sass as sass_tools
 
@@ -123,7 +123,7 @@ print(inspect.getsource(stages.stages).split('"""')[1])
 # bf16 output buffer of 64 KiB (`SMEM_OUT`).
 
 # %%
-SUBTILE = dict(epilogue_tile=(hopper.TILE_M, hopper.EPI_N), epilogue_buffers=hopper.STAGED_BUFFERS)
+SUBTILE = dict(epilogue_tile=(hopper_options.TILE_M, hopper_options.EPI_N), epilogue_buffers=hopper_options.STAGED_BUFFERS)
 budgets = {
     "H200 128x256x64\nstaged, 2 sub-tiles": stages.stages((128, 256, 64), "staged", "sm_90a", **SUBTILE),
     "H200 128x256x64\nstaged, whole tile": stages.stages((128, 256, 64), "staged", "sm_90a"),
@@ -218,7 +218,7 @@ print(inspect.getsource(hopper.HopperGemm.staged_epilogue))
 # shape only picks the work list):
 
 # %%
-art = hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform")
+art = hopper_host.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform")
 ops = sass_tools.histogram(art.sass)
 base = sass_tools.histogram(art.sass, base=True)
 evidence = pd.Series({

@@ -27,7 +27,8 @@ import pandas as pd
 import torch
 from IPython.display import Markdown, display
 
-from gemm_kernels import blackwell, hopper, stages
+from gemm_kernels import blackwell, blackwell_host, blackwell_options, stages
+from gemm_kernels import hopper, hopper_epilogue, hopper_host, hopper_options
 from workbook import gpus, plots, pr, records
 from workbook import sass as sass_tools
 
@@ -48,7 +49,7 @@ print(gpus.describe())
 
 # %%
 def quad_transpose_model(words):
-    """words[q][t]: word t of lane q. The same two butterfly steps as hopper._quad_transpose, lanes as list entries."""
+    """words[q][t]: word t of lane q. The same two butterfly steps as hopper_epilogue._quad_transpose, lanes as list entries."""
     w = [list(row) for row in words]
     for m in (1, 2):
         sent = [[None] * 4 for _ in range(4)]
@@ -107,7 +108,7 @@ plt.show()
 # %%
 for part in (hopper.HopperGemm.register_epilogue, hopper.HopperGemm.pack_accumulator, hopper.HopperGemm.store_words):
     print(inspect.getsource(part))
-print(inspect.getsource(hopper._quad_transpose))
+print(inspect.getsource(hopper_epilogue._quad_transpose))
 
 # %% [markdown]
 # On the **B200** no transpose is needed: the Blackwell accumulator lives in tensor memory, and the epilogue's
@@ -127,7 +128,7 @@ print(src[src.index("            for s in cutlass.range(subtiles)"):src.index(" 
 # `gemm_kernels.stages` again (notebook 06), now with the register epilogue, which needs no output buffer:
 
 # %%
-SUBTILE = dict(epilogue_tile=(hopper.TILE_M, hopper.EPI_N), epilogue_buffers=hopper.STAGED_BUFFERS)
+SUBTILE = dict(epilogue_tile=(hopper_options.TILE_M, hopper_options.EPI_N), epilogue_buffers=hopper_options.STAGED_BUFFERS)
 pairs = {
     "B200 256x256x64 pair (seed 004)": (stages.stages((256, 256, 64), "staged", "sm_100a", depth=4),
                                          stages.stages((256, 256, 64), "register", "sm_100a")),
@@ -141,7 +142,7 @@ summary = pd.DataFrame([{"tile": name, "stage (KiB)": s.stage_bytes // 1024, "st
                         for name, (s, r) in pairs.items()])
 display(summary.style.hide(axis="index").format({"register: unused (KiB)": "{:g}"}))
 assert summary["staged: stages"].tolist() == [4, 4, 6] and summary["register: stages"].tolist() == [7, 4, 7]
-assert blackwell.DEFAULT_STAGES == {"register": 7, "staged": 4}   # the B200 builds use exactly these depths
+assert blackwell_options.DEFAULT_STAGES == {"register": 7, "staged": 4}   # the B200 builds use exactly these depths
 
 
 # %%
@@ -198,14 +199,14 @@ plt.show()
 # %%
 # the plain register epilogue, as this notebook builds it (gemm() now defers it: notebook 08, section 7)
 builds = {
-    "H200 128x256 s4 staged": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged",
+    "H200 128x256 s4 staged": hopper_host.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4, epilogue="staged",
                                                   schedule="uniform"),
-    "H200 128x256 s4 register": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4,
+    "H200 128x256 s4 register": hopper_host.compile_gemm(4096, 4096, 4096, tile=(128, 256, 64), stages=4,
                                                     epilogue="register", schedule="uniform", defer_epilogue=False),
-    "H200 128x128 s7 register": hopper.compile_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=7,
+    "H200 128x128 s7 register": hopper_host.compile_gemm(4096, 4096, 4096, tile=(128, 128, 64), stages=7,
                                                     epilogue="register", schedule="uniform", defer_epilogue=False),
-    "B200 256x256 s4 staged": blackwell.compile_gemm(4096, 4096, 4096, stages=4, epilogue="staged"),
-    "B200 256x256 s7 register": blackwell.compile_gemm(4096, 4096, 4096, stages=7, epilogue="register"),
+    "B200 256x256 s4 staged": blackwell_host.compile_gemm(4096, 4096, 4096, stages=4, epilogue="staged"),
+    "B200 256x256 s7 register": blackwell_host.compile_gemm(4096, 4096, 4096, stages=7, epilogue="register"),
 }
 COLUMNS = {"STG.E.128": lambda h: h["STG.E.128"],
            "other STG": lambda h: sum(n for op, n in h.items() if op.startswith("STG") and op != "STG.E.128"),

@@ -33,7 +33,7 @@ import pandas as pd
 from IPython.display import Markdown, display
 
 from gemm_kernels import bench as gemm_bench
-from gemm_kernels import hopper, waves
+from gemm_kernels import configs, hopper, hopper_options, hopper_worklist, waves
 from workbook import explore, gpus, ncu, plots, pr, records
 
 pd.set_option("display.width", 160)
@@ -170,8 +170,8 @@ for size in (8192, 16384):
 # (M = tokens, N = out features, K = in features; K does not change a plan).
 
 # %%
-H200_1CTA = dict(gpu="h200", tile_m=hopper.TILE_M, tile_ns=(256, *hopper.narrow_widths(256)))
-H200_2CTA = dict(H200_1CTA, tile_m=2 * hopper.TILE_M, ctas_per_item=2)
+H200_1CTA = dict(gpu="h200", tile_m=hopper_options.TILE_M, tile_ns=(256, *hopper_options.narrow_widths(256)))
+H200_2CTA = dict(H200_1CTA, tile_m=2 * hopper_options.TILE_M, ctas_per_item=2)
 COLUMNS = ["shape", "M", "N", "K", "tiles", "waves", "last_wave_fill", "narrow", "items",
            "makespan_uniform", "makespan_balanced", "ideal", "gain"]
 
@@ -282,7 +282,8 @@ def with_predictions(pairs):
     for row in pairs.itertuples():
         tile_n = int(row.config.split("x")[1])
         cluster_m = 2 if row.config.endswith("cluster2") else 1
-        u, b = (hopper.plan_for(int(row.M), int(row.N), tile_n, s, gpus.H200, cluster_m=cluster_m)
+        u, b = (hopper_options.plan_for(int(row.M), int(row.N), gpu=gpus.H200, tile=(128, tile_n, 64), schedule=s,
+                                        cluster_m=cluster_m)
                 for s in ("uniform", "balanced"))
         rows.append(dict(same_work_list=u.items == b.items, predicted_gain=u.makespan / b.makespan - 1))
     out = pd.concat([pairs, pd.DataFrame(rows, index=pairs.index)], axis=1)
@@ -373,7 +374,7 @@ else:
     last = sweep[sweep.date == sweep.date.max()]
     grid = last.pivot_table(index=["M", "N"], columns="kernel", values="ms_median")
     grid["pct"] = 100 * grid["torch"] / grid["ours"]
-    fill = {(m, n): hopper.plan_for(m, n, 256, "uniform", gpus.H200, cluster_m=2).last_wave_fill
+    fill = {(m, n): hopper_options.plan_for(m, n, gpu=gpus.H200, schedule="uniform").last_wave_fill
             for m, n in grid.index}
     grid["poor_wave"] = [fill[i] < 0.5 for i in grid.index]
     pct = grid["pct"].unstack("N")
@@ -511,7 +512,7 @@ print(inspect.getsource(hopper.HopperGemm.take))
 # 8 at 16384). The planner's narrow tail, laid out row by row across every column of B, is now banded too.
 
 # %%
-print(inspect.getsource(hopper.band_rows_for))
+print(inspect.getsource(hopper_worklist.band_rows_for))
 
 # %% [markdown]
 # **What it bought.** The blue bars of the clock figure above are the same probe on the final kernel: at 16384³
@@ -543,12 +544,12 @@ PLAIN_DEFAULT = "128x256x64 s4 register balanced cluster2"    # gemm()'s default
 DEFERRED = {"81a3001", "78d89e8", "41feef5", "808db20"}        # commits whose default defers the epilogue
 both = pd.concat([records.read("h200", "gemm").assign(table="bench"),
                   records.read("h200", "gemm_sweep").assign(table="sweep")])
-default_then = both.commit.map(lambda c: gemm_bench.DEFAULT_VARIANT if c in DEFERRED else PLAIN_DEFAULT)
+default_then = both.commit.map(lambda c: configs.HOPPER_DEFAULT if c in DEFERRED else PLAIN_DEFAULT)
 both = both[(both.kernel == "torch") | (both.variant == default_then)]
 runs = both.pivot_table(index=["M", "N", "K", "commit", "table"], columns="kernel", values="ms_median",
                         aggfunc="last").dropna()
 runs["pct"] = 100 * runs["torch"] / runs["ours"]
-fills = {(m, n): hopper.plan_for(m, n, 256, "uniform", gpus.H200, cluster_m=2).last_wave_fill
+fills = {(m, n): hopper_options.plan_for(m, n, gpu=gpus.H200, schedule="uniform").last_wave_fill
          for m, n, *_ in runs.index}
 runs = runs.reset_index()
 runs["last_wave_fill"] = [fills[m, n] for m, n in zip(runs.M, runs.N)]
@@ -720,7 +721,7 @@ TIMELINES = PROBES / "gemm_timeline_78d89e8"
 
 
 def traced_launch(shape, variant, launch=0):
-    """One launch of a probe_timeline.py file: the rows of every CTA, as hopper.trace_frame returned them."""
+    """One launch of a probe_timeline.py file: the rows of every CTA, as hopper_trace.trace_frame returned them."""
     runs = pd.read_csv(TIMELINES / f"gemm_timeline_{shape}_{variant}.csv")
     return runs[runs.launch == launch]
 
@@ -843,7 +844,7 @@ def default_runs(commits):
     shape the default's TFLOP/s as % of torch.matmul's (`pct`)."""
     rows = records.read("h200", "gemm")
     rows = rows[rows.commit.isin(list(commits))
-                & ((rows.kernel == "torch") | (rows.variant == gemm_bench.DEFAULT_VARIANT))]
+                & ((rows.kernel == "torch") | (rows.variant == configs.HOPPER_DEFAULT))]
     runs = rows.pivot_table(index=["commit", "date", "M", "N", "K"], columns="kernel", values="tflops",
                             aggfunc="last").dropna()
     return rows, (100 * runs["ours"] / runs["torch"]).rename("pct").reset_index()
@@ -855,7 +856,7 @@ runs_table = per_run.pivot_table(index="date", columns="M", values="pct").round(
 runs_table.index = [f"run {i + 1}" for i in range(len(runs_table))]
 runs_table.columns = [f"{m}³" for m in runs_table.columns]
 display(runs_table)
-print(f"data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}, commits 81a3001 and 78d89e8 "
+print(f"data/measured/h200/gemm.csv, variant {configs.HOPPER_DEFAULT!r}, commits 81a3001 and 78d89e8 "
       "(the same kernel), one row per benchmark run")
 
 # %% [markdown]
@@ -879,7 +880,7 @@ print(f"data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}, com
 
 # %%
 for narrow_ns, label in (((192, 128), "64-column steps (until session 6)"), (None, "16-column steps (now)  ")):
-    p = hopper.plan_for(4096, 4096, 256, "balanced", gpus.H200, cluster_m=2, narrow_ns=narrow_ns)
+    p = hopper_options.plan_for(4096, 4096, gpu=gpus.H200, narrow_ns=narrow_ns)
     print(f"{label}: {p.describe()}")
 u, b, fig = before_after(4096, 4096, last_waves=2, slot_label="CTA pair", **H200_2CTA)
 plt.show()
@@ -1000,7 +1001,7 @@ table6 = per_run6.pivot_table(index="run", columns="shape", values="pct", sort=F
 squares6 = [f"{s}x{s}x{s}" for s in gemm_bench.SQUARE]
 table6 = table6[squares6 + [c for c in table6.columns if c not in squares6]]
 display(table6.round(1).style.format("{:.1f}", na_rep="").background_gradient(cmap="RdBu", vmin=80, vmax=120))
-print(f"% of torch.matmul, data/measured/h200/gemm.csv, variant {gemm_bench.DEFAULT_VARIANT!r}; "
+print(f"% of torch.matmul, data/measured/h200/gemm.csv, variant {configs.HOPPER_DEFAULT!r}; "
       f"torch.matmul at 4096³: " + ", ".join(f"{r.tflops:.0f}" for r in bench6[(bench6.kernel == "torch")
                                                                                & (bench6.M == 4096)].itertuples())
       + " TFLOP/s")
