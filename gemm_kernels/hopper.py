@@ -365,8 +365,7 @@ class HopperGemm(Epilogues):
     # the next item from a global counter and every warp of the cluster reads it from the queue. Items then
     # *start* in list order whatever each SM's speed, so the items in flight stay neighbours in the banded
     # raster; the static walk lets the SMs drift apart over many items, and at 16384^3 read 1.6x the DRAM bytes
-    # of one-CTA-per-item launches (ncu, data/measured/h200/probes/ncu_np_16384.txt; the dynamic schedule with
-    # `band_rows_for`: ncu_dyn_16384.txt).
+    # of one-CTA-per-item launches (ncu on the H200: data/measured/h200/probes/ncu_np_16384.txt).
 
     @cute.jit
     def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items):
@@ -473,15 +472,15 @@ class HopperGemm(Epilogues):
 
         The loop zeroes its own width's accumulator and waits for its last WGMMA group itself: zeroing all of it
         before the width branch, or waiting after the join, let ptxas see other instructions define accumulator
-        registers inside a WGMMA group, and it then serialized every WGMMA (warnings C7511/C7515; the first
-        deferred-epilogue build ran 8-30 % slower; test_wgmmas_are_not_serialized)."""
+        registers inside a WGMMA group, and it then serialized every WGMMA (warnings C7511/C7515: each WGMMA
+        waits for the one before, 8-30 % slower; test_wgmmas_are_not_serialized)."""
         acc.fill(0.0)
         warpgroup.fence()
         first = 0
         if cutlass.const_expr(pending is not None):
             # The first K-blocks, peeled: behind each one's WGMMAs goes one 32-column group of the last item's
             # C, so its stores trickle out over several K-blocks instead of stalling one (all SMs end their rows
-            # together; stored at once, their C met in the L2 and took ~1.8 us per row, probe_timeline.py).
+            # together; stored at once, their C meets in the L2 and takes ~1.8 us per row: `hopper_host.timeline`).
             groups = self.cfg.tile_n // 32
             for j in cutlass.range_constexpr(groups):
                 if j < k_blocks:

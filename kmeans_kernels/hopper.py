@@ -13,10 +13,9 @@ One CTA owns ``BLOCK_M = 128`` points and streams every centroid past them:
 
 **Two CTAs per SM.** The argmin of a tile and the WGMMAs of the next overlap *across* CTAs: the kernel is
 small enough (288 threads, at most 112 registers, about 112 KiB of shared memory up to D = 256) that two
-CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. An earlier version
-kept two accumulators per consumer to overlap inside one CTA; at 232 registers per thread it fit one CTA per
-SM, and on the H200 it was no faster than one accumulator (notes/perf-log.md, k-means, session 2;
-notebook 04, section 5).
+CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. Two accumulators per
+consumer would overlap inside one CTA instead, but at 232 registers per thread only one CTA fits an SM, and on
+the H200 that measured no faster than one accumulator (data/measured/h200/probes/kmeans_structures.csv).
 
 Scores are ``0.5 * c_sq[k] - dot`` in fp32, the reference's expression (the 0.5 multiply is exact), so
 on inputs whose dot products are exact the answer equals ``kmeans_kernels.reference.assign`` bit for bit.
@@ -99,7 +98,7 @@ def auto_variant(N: int, D: int, K: int) -> str:
     one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
     (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
     than the second CTA's overlap. At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 %
-    slower there in both full runs that timed it (7f811bc, 7062732), and 4-10 % faster at 65536 x 256 x 4096."""
+    slower there in both full runs that timed it, and 4-10 % faster at 65536 x 256 x 4096."""
     return "wide" if D >= 256 and K >= 4096 else "norm_broadcast"
 
 

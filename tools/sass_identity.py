@@ -212,11 +212,11 @@ def compare(base: dict, new: dict) -> int:
             ptx_diff.append(vid)
             print(f"  PTX differs {vid}")
     common = len(set(b) & set(n))
-    errors = sum(1 for vid in set(b) & set(n) if b[vid].get("error"))
+    errors = sum(1 for vid in set(b) & set(n) if b[vid].get("error") and vid not in sass_diff)
     print(f"base {base['meta'].get('commit')} vs new {new['meta'].get('commit')}"
           f"{' (uncommitted changes)' if new['meta'].get('dirty') else ''}: {common} variants in both "
           f"({errors} refused alike), SASS identical for {common - len(sass_diff)}, PTX identical for "
-          f"{common - len(ptx_diff) - len(sass_diff)}; {len(missing)} in one manifest only")
+          f"{common - len(set(ptx_diff) | set(sass_diff))}; {len(missing)} in one manifest only")
     return len(sass_diff) + len(missing)
 
 
