@@ -70,6 +70,9 @@ class Options(BackendOptions):
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}; got {self.schedule!r}")
         stage_budget(self.ring_stages, self.epilogue)   # every dtype the kernel takes is 2 bytes
+        self._seal()
+
+    __hash__ = BackendOptions.cached_hash
 
     @property
     def ring_stages(self) -> int:

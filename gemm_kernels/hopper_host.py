@@ -77,24 +77,8 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options) -> _Call:
     return _Call(cfg, plan, work, _launches(cfg), sizes, partial_slots)
 
 
-@functools.lru_cache(maxsize=256)
-def _options_with(options: Options | None, overrides: tuple) -> Options:
-    return Options.of(options, **dict(overrides))
-
-
-def options_for(options: Options | None = None, **overrides) -> Options:
-    """`Options.of(options, **overrides)`, remembered for hashable overrides: a timed call that names its
-    options by keyword pays the checks once, not on every call."""
-    if not overrides:
-        return Options.of(options)
-    try:
-        return _options_with(options, tuple(sorted(overrides.items())))
-    except TypeError:       # an unhashable value (a list of widths, say): checked afresh
-        return Options.of(options, **overrides)
-
-
 def _call_for(M: int, N: int, K: int, device: int, options: Options | None = None, **overrides) -> _Call:
-    return _prepare(M, N, K, device, options_for(options, **overrides))
+    return _prepare(M, N, K, device, Options.of(options, **overrides))
 
 
 def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int,
@@ -123,7 +107,7 @@ def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch
         raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
     check_shape(M, N, K)
     from workbook import gpus, sass
-    cfg, _ = config_for(M, N, options_for(options, **overrides), gpus.H200)
+    cfg, _ = config_for(M, N, Options.of(options, **overrides), gpus.H200)
     return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cfg.cluster_m,
                                                     make_fake_stream()), arch=arch, dump_dir=dump_dir)
 

@@ -133,6 +133,9 @@ class Options(BackendOptions):
             raise ValueError("defer_epilogue needs the register epilogue")
         if self.stream_k and not self.persistent:
             raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
+        self._seal()
+
+    __hash__ = BackendOptions.cached_hash
 
     def _chosen_narrow(self) -> tuple[int, ...]:
         allowed = narrow_widths(self.tile_n, self.epilogue)

@@ -269,10 +269,13 @@ def test_options_are_checked_once_and_normalised():
 
 
 def test_keyword_options_are_remembered():
-    a = hopper_host.options_for(None, schedule="uniform", cluster_m=1)
-    assert a is hopper_host.options_for(None, cluster_m=1, schedule="uniform")
-    assert hopper_host.options_for(a) is a and hopper_host.options_for() is hopper_options.DEFAULT
-    assert hopper_host.options_for(None, narrow_ns=[192]) == hopper_options.Options(narrow_ns=(192,))   # unhashable
+    a = hopper_options.Options.of(None, schedule="uniform", cluster_m=1)
+    assert a is hopper_options.Options.of(None, schedule="uniform", cluster_m=1)
+    assert a == hopper_options.Options.of(None, cluster_m=1, schedule="uniform") == hopper_options.Options(
+        schedule="uniform", cluster_m=1)
+    assert hash(a) == hash(hopper_options.Options(schedule="uniform", cluster_m=1))   # computed once, the same
+    assert hopper_options.Options.of(a) is a and hopper_options.Options.of() is hopper_options.DEFAULT
+    assert hopper_options.Options.of(None, narrow_ns=[192]) == hopper_options.Options(narrow_ns=(192,))   # unhashable
 
 
 # ------------------------------------------------------------------------------------------- GPU: numbers
