@@ -2,22 +2,30 @@
 the shared memory for those stages, and wave-tail tile balancing across the GPU's SMs.
 
     c = gemm_kernels.gemm(a, b)                               # bf16 [M,K] x [K,N] -> bf16 [M,N], fp32 accumulate
+    c = gemm_kernels.gemm(a, b, schedule="uniform")           # any option of this GPU's backend, by name
     art = gemm_kernels.compile_gemm(4096, 4096, 4096, arch="sm_90a")   # no GPU needed: .ptx/.cubin/.sass
     gemm_kernels.waves.plan(4096, 4096, gpu="b200", tile_m=256, tile_ns=(256, 192))
     gemm_kernels.stages.stages((128, 256, 64), "register", "sm_90a")
 
-Hopper (sm_90a) kernels live in `hopper.py`, Blackwell (sm_100a) in `blackwell.py`; the planner and the
-stage arithmetic are pure Python and know every GPU in `workbook.gpus`.
+The rooms, per backend (Hopper sm_90a, Blackwell sm_100a):
+    *_options.py   Options (every choice of a call, checked once), the plan, the shape rules: pure Python
+    hopper.py / blackwell.py   the kernel (device code)
+    *_host.py      compile with no GPU, check operands, launch
+    hopper_worklist.py, hopper_epilogue.py, hopper_trace.py   the Hopper kernel's work list, epilogues, timeline
+and shared by both: `configs` (the named configurations), `waves` (the planner), `stages` (shared-memory
+arithmetic), `sass_checks` (reading the builds), `bench` (`python -m gemm_kernels.bench`).
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 
-from workbook import gpus
+from workbook import dispatch
 
-BACKENDS = {"sm_90a": "gemm_kernels.hopper", "sm_100a": "gemm_kernels.blackwell"}
+BACKENDS = dispatch.Backends("GEMM", {"sm_90a": "gemm_kernels.hopper_host", "sm_100a": "gemm_kernels.blackwell_host"},
+                             instead="torch.matmul")
+backend = BACKENDS.module
+arch_of = BACKENDS.arch_of
+
 # The kernels index rows and columns with 32-bit integers (so do TMA's coordinates), tile by tile: M, N and K
 # stay a tile (at most 256) below 2^31 so that every index of the last tile fits too. Offsets into c are 64-bit:
 # M * N may pass 2^31 (32768 tokens x a 128256-word vocabulary does).
@@ -34,25 +42,17 @@ def check_sizes(**sizes) -> None:
                              f"integers, so each of M, N, K must be at most {MAX_SIZE} (2^31 - 256)")
 
 
-def backend(arch: str):
-    if arch not in BACKENDS:
-        raise ValueError(f"no GEMM kernels for arch {arch!r}; kernels exist for {sorted(BACKENDS)}")
-    return importlib.import_module(BACKENDS[arch])
-
-
-def arch_of(device: torch.device) -> str:
-    return gpus.kernel_arch(device, instead="torch.matmul")
-
-
-def gemm(a: torch.Tensor, b: torch.Tensor, **kwargs) -> torch.Tensor:
-    """a @ b on the tensor cores of this GPU; keyword arguments go to the backend (tile, stages, epilogue, ...)."""
+def gemm(a: torch.Tensor, b: torch.Tensor, options=None, **overrides) -> torch.Tensor:
+    """a @ b on the tensor cores of this GPU. `options`: the backend's Options (`hopper_options.Options` on an
+    H100/H200, `blackwell_options.Options` on a B200); keyword arguments override its fields (tile, stages,
+    epilogue, schedule, ...) or give `out`."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise ValueError("a and b must be torch tensors")
     if a.device.type != "cuda" or b.device != a.device:
         raise ValueError(f"a and b must be CUDA tensors on one device; got {a.device} and {b.device}")
-    return backend(arch_of(a.device)).gemm(a, b, **kwargs)
+    return backend(arch_of(a.device)).gemm(a, b, options, **overrides)
 
 
-def compile_gemm(M: int, N: int, K: int, *, arch: str = "sm_90a", **kwargs):
+def compile_gemm(M: int, N: int, K: int, options=None, *, arch: str = "sm_90a", **overrides):
     """Compile for `arch` with no GPU; returns an object with .ptx, .cubin and .sass."""
-    return backend(arch).compile_gemm(M, N, K, arch=arch, **kwargs)
+    return backend(arch).compile_gemm(M, N, K, options, arch=arch, **overrides)

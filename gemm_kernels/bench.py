@@ -10,10 +10,10 @@ the order rotating (`workbook.timing.bench_interleaved`: the GPU's clock drifts 
 one-after-the-other timing hands that drift to whoever runs last); every input set is checked
 against an fp32 reference first (`match_rate` = the fraction of sets within the bf16 band, ||c - ref|| / ||ref|| < 1e-2).
 Rows go to data/measured/<gpu>/gemm.csv (`workbook.records`): kernel "ours" or "torch", variant = the
-configuration, M, N, K, TFLOP/s = 2MNK / median time. On a B200 the configurations are
-`gemm_kernels.blackwell.bench_configs()` (4-stage staged, 7-stage register, 7-stage register balanced).
-Each shape's rows are recorded as soon as they are measured, so an interrupted or failing run keeps them;
-every --shapes entry is checked before anything runs.
+configuration, M, N, K, TFLOP/s = 2MNK / median time. The configurations are `gemm_kernels.configs`: on an
+H200 `HOPPER` (each step of the story), on a B200 `BLACKWELL` (4-stage staged, 7-stage register, 7-stage
+register balanced). Each shape's rows are recorded as soon as they are measured, so an interrupted or failing
+run keeps them; every --shapes entry is checked before anything runs.
 
 First calls (``--first-calls``, on by default): `gemm_kernels.gemm` (default options) and torch.matmul on
 inputs they have never seen, as training-style code brings them (`workbook.launch.first_calls`: each call on
@@ -28,45 +28,10 @@ import itertools
 import torch
 
 import gemm_kernels
+from gemm_kernels import configs, hopper_options
 
 REL_TOL = 1e-2
-# Each step of the story, alone: the 4-stage ring with the staged epilogue, the register epilogue at the same
-# depth, the 7-stage ring that fits once the epilogue buffer is gone (on Hopper only with a 128-wide tile:
-# a 128x256x64 stage is 48 KiB, so 4 is the most that fit either way), and the balanced schedule. All but
-# the first walk the work list in bands of tile rows for L2 reuse (hopper.banded); the first keeps the
-# planner's row-major order, to measure that step. The "cluster2" ones pair CTAs along M in clusters of 2
-# that share each B tile by TMA multicast; the last two defer the epilogue (and add stream-K). Every register
-# variant says whether it defers, since gemm() defers by default.
-VARIANTS = {
-    "128x256x64 s4 register uniform rowmajor": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", band_rows=1, cluster_m=1,
-                                                    defer_epilogue=False),
-    "128x256x64 s4 staged uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1),
-    "128x256x64 s4 register uniform":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=1,
-             defer_epilogue=False),
-    "128x128x64 s6 staged uniform":
-        dict(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform", cluster_m=1),
-    "128x128x64 s7 register uniform":
-        dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform", cluster_m=1,
-             defer_epilogue=False),
-    "128x256x64 s4 register balanced":
-        dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="balanced", cluster_m=1,
-             defer_epilogue=False),
-    "128x256x64 s4 register uniform cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                    schedule="uniform", cluster_m=2, defer_epilogue=False),
-    "128x256x64 s4 register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                     schedule="balanced", cluster_m=2, defer_epilogue=False),
-    # C stored behind the next item's first K-blocks (the default since session 5); stream-K for the tail
-    "128x256x64 s4 deferred register balanced cluster2": dict(tile=(128, 256, 64), stages=4, epilogue="register",
-                                                              schedule="balanced", cluster_m=2, defer_epilogue=True),
-    "128x256x64 s4 deferred register uniform cluster2 stream-k": dict(
-        tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2, defer_epilogue=True,
-        stream_k=True),
-}
 SQUARE = (4096, 8192, 16384)
-DEFAULT_VARIANT = "128x256x64 s4 deferred register balanced cluster2"   # what gemm_kernels.gemm runs by default
 SWEEP_SIDES = range(2048, 8193, 512)
 SWEEP_K = 8192
 FIRST_CALL_TABLE = "gemm_first_call"
@@ -80,12 +45,13 @@ def sweep_shapes():
 
 
 def poor_wave_shapes(count: int = 3, K: int = 8192, gpu=None):
-    """The (M, N, K) where the planner predicts the largest gain from balancing 128x256 tiles (>= 2 waves)."""
-    from gemm_kernels import hopper     # the kernel modules need CuTe DSL; imported only where used
+    """The (M, N, K) where the planner predicts the largest gain from balancing the default configuration's
+    128x256 tiles on its CTA pairs (>= 2 waves)."""
+    default = configs.HOPPER[configs.HOPPER_DEFAULT]
     found = []
     for M, N in itertools.product(range(2048, 8193, 512), repeat=2):
-        uniform = hopper.plan_for(M, N, 256, "uniform", gpu)
-        balanced = hopper.plan_for(M, N, 256, "balanced", gpu)
+        uniform = hopper_options.plan_for(M, N, default, gpu, schedule="uniform")
+        balanced = hopper_options.plan_for(M, N, default, gpu, schedule="balanced")
         if uniform.waves >= 2:
             found.append((uniform.makespan / balanced.makespan, M * N, M, N))
     found.sort(key=lambda t: (-t[0], -t[1]))
@@ -129,13 +95,11 @@ def measure(contenders: dict, sets, M: int, N: int, K: int) -> list[dict]:
     return rows
 
 
-def configs(arch: str) -> dict:
-    """name -> (gemm function, keyword arguments) of every configuration timed on this arch, in story order."""
-    if arch == "sm_90a":
-        from gemm_kernels import hopper
-        return {name: (hopper.gemm, kw) for name, kw in VARIANTS.items()}
-    from gemm_kernels import blackwell
-    return {c["name"]: (blackwell.gemm, c["kwargs"]) for c in blackwell.bench_configs()}
+def contenders(arch: str) -> dict:
+    """name -> (gemm function, Options) of every configuration timed on this arch, in story order
+    (`gemm_kernels.configs`). The backend modules need CuTe DSL: imported only here."""
+    fn = gemm_kernels.backend(arch).gemm
+    return {name: (fn, options) for name, options in configs.for_arch(arch).items()}
 
 
 def default_shapes(arch: str):
@@ -169,8 +133,8 @@ def run(shapes, chosen: dict, gpu_key: str, record: bool = True, out_csv=None, t
     for M, N, K in shapes:
         sets = input_sets(M, N, K)
         contenders = {("torch", "torch.matmul"): torch.matmul}
-        for name, (fn, kw) in chosen.items():
-            contenders["ours", name] = lambda a, b, fn=fn, kw=kw: fn(a, b, **kw)
+        for name, (fn, options) in chosen.items():
+            contenders["ours", name] = lambda a, b, fn=fn, options=options: fn(a, b, options)
         measured = measure(contenders, sets, M, N, K)
         for r in measured:
             print(_line(r, _torch(measured, M, N, K)), flush=True)
@@ -218,7 +182,7 @@ def main(argv=None):
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", type=_shape, nargs="+", help="MxNxK shapes (default: squares + poor-wave shapes)")
     p.add_argument("--variants", nargs="+", metavar="NAME",
-                   help="configurations to time (default: all of this GPU's); on H200: " + "; ".join(VARIANTS))
+                   help="configurations to time (default: all of this GPU's); on H200: " + "; ".join(configs.HOPPER))
     p.add_argument("--gpu", choices=("h200", "b200"), default=None,
                    help="the GPU the numbers are for; refuses to run on any other")
     p.add_argument("--torch-only", action="store_true",
@@ -247,14 +211,14 @@ def main(argv=None):
                          f"number can only be measured on a {args.gpu}. Run without --gpu to measure this GPU.")
     if spec.arch not in ("sm_90a", "sm_100a"):
         raise SystemExit(f"{spec.name} is {spec.arch}: our GEMM kernels are built for sm_90a and sm_100a only")
-    available = {} if args.torch_only else configs(spec.arch)
+    available = {} if args.torch_only else contenders(spec.arch)
     unknown = sorted(set(args.variants or ()) - set(available))
     if unknown:
         raise SystemExit(f"unknown configurations {unknown} for {spec.arch}; choose from {sorted(available)}")
     if args.sweep:
         if spec.arch != "sm_90a" or args.shapes:
             raise SystemExit("--sweep is the Hopper shape grid; it takes no --shapes and needs an H100/H200")
-        args.variants = args.variants or ([] if args.torch_only else [DEFAULT_VARIANT])
+        args.variants = args.variants or ([] if args.torch_only else [configs.HOPPER_DEFAULT])
     chosen = {name: available[name] for name in (args.variants if args.variants is not None else available)}
     if args.torch_only and not (args.shapes or args.sweep):
         raise SystemExit("--torch-only needs --shapes")

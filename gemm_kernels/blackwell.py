@@ -1,9 +1,12 @@
-"""Blackwell (sm_100a) GEMM in CuTe DSL: c = a @ b, bf16/fp16 in and out, fp32 accumulation.
+"""The Blackwell (sm_100a) GEMM kernel in CuTe DSL: c = a @ b, bf16/fp16 in and out, fp32 accumulation.
 
-    c = gemm(a, b)                                    # B200 only: a [M, K], b [K, N], both row-major
-    c = gemm(a, b, schedule="balanced")               # seed 004's wave-tail balancing (N224/N192 tiles)
-    c = gemm(a, b, stages=4, epilogue="staged")       # the staged epilogue the register one replaces
-    art = compile_gemm(4096, 4096, 4096, schedule="balanced")   # no GPU needed: .ptx, .cubin, .sass
+    c = blackwell_host.gemm(a, b)                              # B200 only: a [M, K], b [K, N], both row-major
+    c = blackwell_host.gemm(a, b, schedule="balanced")         # seed 004's wave-tail balancing (N224/N192 tiles)
+    c = blackwell_host.gemm(a, b, stages=4, epilogue="staged") # the staged epilogue the register one replaces
+    art = blackwell_host.compile_gemm(4096, 4096, 4096, schedule="balanced")   # no GPU needed
+
+This file is the device code, one `Sm100Gemm` per build; the options, the work list and the shared-memory
+budget are `blackwell_options`, compiling and launching is `blackwell_host`.
 
 Structure of the kernel (one cluster = one pair of CTAs on two SMs, 192 threads each):
 
@@ -61,10 +64,6 @@ We have no B200: this module is verified here by compiling for sm_100a and readi
 narrow MMAs' reading of a partial swizzle atom (point 2) follows from the descriptor format and has been
 checked only by compilation until a B200 runs the gpu tests.
 """
-import functools
-import re
-from collections import Counter
-
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
@@ -73,110 +72,19 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.blackwell_helpers as sm100_utils
 import torch
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, tcgen05
-from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
 from cutlass.tensor_utils import LayoutEnum
 
-import gemm_kernels
-from gemm_kernels import stages as stages_lib
-from gemm_kernels import waves
-from workbook import launch, sass
+from gemm_kernels.blackwell_options import (ALIGN_ELEMENTS, CTAS_PER_PAIR, DTYPES, EPI_SUBTILE_N, ROWS_PER_CTA,
+                                            TILE_K, TILE_M, TILE_N, TILE_WIDTHS, stage_budget)
 
-TILE_M = 256  # rows of C per CTA pair; each CTA of the pair owns 128 of them
-TILE_N = 256  # the widest item: columns of C per item; each CTA loads 128 columns of B for it
-TILE_WIDTHS = (256, 224, 192)  # item widths the balanced schedule may use (seed 004: N256, N224, N192)
-TILE_K = 64  # one K-step: 64 x 2 bytes = one 128-byte swizzle row
 MMA_K = 16  # K of one tcgen05 bf16 MMA instruction
-CTAS_PER_PAIR = 2
-ROWS_PER_CTA = TILE_M // CTAS_PER_PAIR
 ACC_BUFFERS = 2  # 2 x 256 fp32 TMEM columns = all 512
 TMEM_COLUMNS = 512
 EPILOGUE_WARPS = (0, 1, 2, 3)  # 128 threads = the 128 TMEM lanes = the CTA's 128 rows
 MMA_WARP = 4
 TMA_WARP = 5
 THREADS_PER_CTA = 32 * (len(EPILOGUE_WARPS) + 2)
-EPI_SUBTILE_N = 32  # columns moved TMEM -> registers per step: 32 fp32 registers per thread
-ALIGN_ELEMENTS = 8  # 16 bytes of bf16/fp16: TMA's row-stride alignment, and one 128-bit store
 
-ARCH = "sm_100a"
-EPILOGUES = ("register", "staged")
-SCHEDULES = ("uniform", "balanced")
-DEFAULT_STAGES = {"register": 7, "staged": 4}
-DTYPES = (torch.bfloat16, torch.float16)
-
-
-def stage_budget(stages: int, epilogue: str, dtype: torch.dtype = torch.bfloat16):
-    """Where a build's shared memory goes (`gemm_kernels.stages`); ValueError when it does not fit.
-
-    The kernel allocates exactly ``stages * stage_bytes + epilogue_bytes + reserved_bytes``: the 1 KiB
-    reserve holds the mbarriers and the TMEM address, padded to the 1 KiB alignment of the swizzled ring.
-    The ring is sized for the widest item; narrower items use a prefix of each B stage.
-    """
-    _check_config(stages, epilogue)
-    nbytes = torch.empty((), dtype=dtype).element_size()
-    return stages_lib.stages((TILE_M, TILE_N, TILE_K), epilogue, ARCH, cta_group=CTAS_PER_PAIR, in_bytes=nbytes,
-                             out_bytes=nbytes, depth=stages)
-
-
-def _check_config(stages: int, epilogue: str) -> None:
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {EPILOGUES}; got {epilogue!r}")
-    if not isinstance(stages, int) or isinstance(stages, bool) or stages < 2:
-        raise ValueError(f"stages must be an int >= 2 (a ring needs one buffer filling while one drains); "
-                         f"got {stages!r}")
-
-
-def _check_schedule(schedule: str) -> None:
-    if schedule not in SCHEDULES:
-        raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
-
-
-def check_shape(M: int, N: int, K: int) -> None:
-    """The kernel's shape preconditions, each failure named. Any M; N and K multiples of 8."""
-    gemm_kernels.check_sizes(M=M, N=N, K=K)
-    for name, value, rows in (("N", N, "b and c"), ("K", K, "a")):
-        if value % ALIGN_ELEMENTS:
-            raise ValueError(f"{name}={value} is not a multiple of {ALIGN_ELEMENTS}: TMA needs every row of {rows} "
-                             f"to start 16-byte aligned ({ALIGN_ELEMENTS} bf16/fp16 elements); pad {name} "
-                             f"or use torch.matmul")
-
-
-# --------------------------------------------------------------------------------------------- #
-# The work list                                                                                  #
-# --------------------------------------------------------------------------------------------- #
-
-def plan(M: int, N: int, *, schedule: str = "uniform") -> "waves.Plan":
-    """The planner's work list for this kernel, in schedule order (item i runs on pair i % pairs launched).
-
-    ``"uniform"``: M256 x N256 items, row-major. ``"balanced"``: the planner's choice among N256/N224/N192
-    re-cuts that fills the last wave on B200's CTA pairs (the uniform list when no re-cut beats it).
-    """
-    _check_schedule(schedule)
-    if schedule == "uniform":
-        work = waves.plan(M, N, gpu="b200", tile_m=TILE_M, tile_ns=(TILE_N,), balanced=False)
-    else:
-        work = waves.plan(M, N, gpu="b200", tile_m=TILE_M, tile_ns=TILE_WIDTHS, balanced=True)
-    _check_items(work.items, M, N)
-    return work
-
-
-def _check_items(items, M: int, N: int) -> None:
-    """Every item is one the kernel can run: a known width, a row of the M256 grid, a 32-column-aligned start
-    (the epilogue addresses c in 128 x 32 subtiles) inside the matrix."""
-    for m0, n0, width in items:
-        if width not in TILE_WIDTHS or m0 % TILE_M or n0 % EPI_SUBTILE_N or not (0 <= m0 < M and 0 <= n0 < N):
-            raise ValueError(f"work item (m0={m0}, n0={n0}, width={width}) is not one this kernel runs: widths "
-                             f"{TILE_WIDTHS}, m0 a multiple of {TILE_M} and n0 of {EPI_SUBTILE_N}, inside "
-                             f"{M} x {N}")
-
-
-def widths_of(work: "waves.Plan") -> tuple[int, ...]:
-    """The item widths a build must handle, widest first: one MMA loop is compiled per width."""
-    return tuple(sorted({width for _, _, width in work.items}, reverse=True))
-
-
-# --------------------------------------------------------------------------------------------- #
-# The kernel                                                                                     #
-# --------------------------------------------------------------------------------------------- #
 
 def _cute_dtype(dtype: torch.dtype):
     if dtype not in DTYPES:
@@ -499,144 +407,3 @@ class Sm100Gemm:
                 stored += 1
             item += pairs
         stores.producer_tail()
-
-
-# --------------------------------------------------------------------------------------------- #
-# Compile and read (no GPU needed), run (B200)                                                  #
-# --------------------------------------------------------------------------------------------- #
-
-def _fake_args(M: int, N: int, K: int, num_items: int, dtype: torch.dtype):
-    """Compile-time stand-ins for (a, b viewed as (N, K), c, items, pairs, stream): static shapes, so the
-    compiler knows the K-loop trip count and that every row starts 16-byte aligned."""
-    t = _cute_dtype(dtype)
-    a = make_fake_compact_tensor(t, (M, K), stride_order=(1, 0), assumed_align=16)
-    b_nk = make_fake_compact_tensor(t, (N, K), stride_order=(0, 1), assumed_align=16)  # [K, N] row-major
-    c = make_fake_compact_tensor(t, (M, N), stride_order=(1, 0), assumed_align=16)
-    items = make_fake_compact_tensor(cutlass.Int32, (num_items, 3), stride_order=(1, 0), assumed_align=16)
-    return a, b_nk, c, items, cutlass.Int32(1), make_fake_stream()
-
-
-def _resolve(stages: int | None, epilogue: str) -> int:
-    if epilogue not in EPILOGUES:
-        raise ValueError(f"epilogue must be one of {EPILOGUES}; got {epilogue!r}")
-    return DEFAULT_STAGES[epilogue] if stages is None else stages
-
-
-def mma_descriptors(ptx: str) -> Counter:
-    """How many ``tcgen05.mma`` instructions of a build's PTX carry each instruction descriptor (the 32-bit value
-    that fixes the MMA's shape and types). The DSL sets each descriptor register with a ``mov.b32`` of a constant;
-    ptxas turns that into a ``UMOV`` of the same value in the SASS."""
-    constants = dict(re.findall(r"mov\.b32\s+(%r\d+),\s*(\d+);", ptx))
-    found = Counter()
-    for idesc in re.findall(r"tcgen05\.mma\.cta_group::\d\.kind::f16\S*\s+\[[^\]]+\],\s*\S+,\s*\S+,\s*(%r\d+)", ptx):
-        if idesc not in constants:
-            raise ValueError(f"the instruction descriptor {idesc} of a tcgen05.mma is not a constant in this PTX")
-        found[int(constants[idesc])] += 1
-    return found
-
-
-def mma_shape(idesc: int) -> tuple[int, int]:
-    """(M, N) of a .kind::f16 tcgen05 instruction descriptor (PTX ISA: bits 17-22 hold N >> 3, bits 24-28 M >> 4)."""
-    return ((idesc >> 24) & 0x1F) << 4, ((idesc >> 17) & 0x3F) << 3
-
-
-def compile_gemm(M: int, N: int, K: int, *, stages: int | None = None, epilogue: str = "register",
-                 schedule: str = "uniform", arch: str = ARCH, dump_dir=None, dtype: torch.dtype = torch.bfloat16):
-    """Compile one build for sm_100a with no GPU; returns `workbook.sass.Artifacts` (.ptx, .cubin, .sass).
-
-    `stages` defaults to the build's design: 7 with the register epilogue, 4 with the staged one. The build
-    holds one MMA loop per item width of the shape's plan (`widths_of(plan(M, N, schedule=schedule))`).
-    """
-    if arch != ARCH:
-        raise ValueError(f"the Blackwell GEMM compiles for {ARCH} only; got arch={arch!r}")
-    stages = _resolve(stages, epilogue)
-    stage_budget(stages, epilogue, dtype)
-    check_shape(M, N, K)
-    work = plan(M, N, schedule=schedule)
-    kernel = Sm100Gemm(stages, epilogue, dtype, widths_of(work))
-    return sass.compile_for(kernel, *_fake_args(M, N, K, len(work.items), dtype), arch=arch, dump_dir=dump_dir)
-
-
-@functools.lru_cache(maxsize=32)
-def _compiled(M: int, N: int, K: int, num_items: int, stages: int, epilogue: str, dtype: torch.dtype,
-              widths: tuple[int, ...], device: int):
-    """The launchable kernel for one shape and build, compiled once per process and device (that one current)."""
-    kernel = Sm100Gemm(stages, epilogue, dtype, widths)
-    with launch.on_device(device):
-        return cute.compile(kernel, *_fake_args(M, N, K, num_items, dtype), options=f"--gpu-arch {ARCH}")
-
-
-def check_inputs(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> None:
-    """The runtime preconditions of `gemm`, each failure named."""
-    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
-        raise ValueError("a and b must be torch tensors")
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"need a [M, K] and b [K, N]; got {tuple(a.shape)} and {tuple(b.shape)}")
-    if a.dtype not in DTYPES or b.dtype != a.dtype:
-        raise ValueError(f"a and b must both be bf16 or both fp16; got {a.dtype} and {b.dtype}")
-    if a.device.type != "cuda" or b.device != a.device:
-        raise ValueError(f"a and b must be CUDA tensors on one device; got {a.device} and {b.device}")
-    major, minor = torch.cuda.get_device_capability(a.device)
-    if (major, minor) != (10, 0):
-        raise ValueError(f"the Blackwell GEMM runs on sm_100 (B200/GB200); {torch.cuda.get_device_name(a.device)} "
-                         f"is sm_{major}{minor} (gemm_kernels.gemm picks the kernel for this GPU)")
-    check_shape(a.shape[0], b.shape[1], a.shape[1])
-    for name, t in (("a", a), ("b", b)):
-        if not t.is_contiguous():
-            raise ValueError(f"{name} must be row-major contiguous (call .contiguous()); got strides {t.stride()}")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name} must start 16-byte aligned (TMA reads it)")
-    if out is not None:
-        M, N = a.shape[0], b.shape[1]
-        if not isinstance(out, torch.Tensor) or out.shape != (M, N) or out.dtype != a.dtype \
-                or out.device != a.device or not out.is_contiguous() or out.data_ptr() % 16:
-            raise ValueError(f"out must be a contiguous, 16-byte aligned {a.dtype} [{M}, {N}] tensor on {a.device}")
-
-
-def gemm(a: torch.Tensor, b: torch.Tensor, *, stages: int | None = None, epilogue: str = "register",
-         schedule: str = "uniform", out: torch.Tensor | None = None) -> torch.Tensor:
-    """a @ b on a B200: bf16/fp16 a [M, K] and b [K, N], row-major; fp32 accumulation; returns c [M, N].
-
-    The default build is the 7-stage ring with the register-direct epilogue; `epilogue="staged"` (4 stages)
-    is the build it replaces; `schedule="balanced"` runs seed 004's mixed-width work list. Runs on the
-    current CUDA stream.
-    """
-    stages = _resolve(stages, epilogue)
-    _check_schedule(schedule)
-    check_inputs(a, b, out)
-    stage_budget(stages, epilogue, a.dtype)
-    M, K = a.shape
-    N = b.shape[1]
-    items, pairs, widths = _work_items(M, N, schedule, a.device)
-    c = torch.empty(M, N, dtype=a.dtype, device=a.device) if out is None else out
-    device = a.device.index
-    compiled = _compiled(M, N, K, items.shape[0], stages, epilogue, a.dtype, widths, device)
-    stream = cuda.CUstream(launch.stream_handle(device))
-    with launch.on_device(device):
-        compiled(from_dlpack(a, assumed_align=16), from_dlpack(b.t(), assumed_align=16),
-                 from_dlpack(c, assumed_align=16), from_dlpack(items, assumed_align=16), cutlass.Int32(pairs),
-                 stream)
-    return c
-
-
-@functools.lru_cache(maxsize=64)
-def _work_items(M: int, N: int, schedule: str, device: torch.device):
-    """(items on the GPU as an int32 [num_items, 3] tensor, CTA pairs to launch, the build's widths) for one
-    shape, made once: planning and the host-to-device copy stay out of every timed call after the first."""
-    work = plan(M, N, schedule=schedule)
-    items = torch.tensor([tuple(t) for t in work.items], dtype=torch.int32, device=device)
-    return items, min(len(work.items), work.slots), widths_of(work)
-
-
-def bench_configs() -> list[dict]:
-    """The builds a B200 benchmark times, in tutorial order: name, and the keyword arguments of `gemm`.
-
-    `gemm_kernels.bench` calls `gemm(a, b, **config["kwargs"])` for each, next to torch.matmul (cuBLAS).
-    """
-    return [
-        {"name": "b200 4-stage, staged epilogue", "kwargs": {"stages": 4, "epilogue": "staged", "schedule": "uniform"}},
-        {"name": "b200 7-stage, register epilogue", "kwargs": {"stages": 7, "epilogue": "register",
-                                                               "schedule": "uniform"}},
-        {"name": "b200 7-stage, register epilogue, balanced tiles",
-         "kwargs": {"stages": 7, "epilogue": "register", "schedule": "balanced"}},
-    ]

@@ -4,43 +4,50 @@
     from workbook.explore import Explorer
     Explorer(GEMM).explore((4096, 4096, 4096), gpu="b200")
 
-The wave model is the kernels' own work list: `hopper.plan_for` (H200) and `blackwell.plan` (B200) give each
-configuration's items, their widths and the slots they run on, from the configuration's tile, cluster, epilogue
-(which narrow widths it allows) and schedule. An item of the widest width does 2 x tile_m x tile_n x K' FLOPs
-(K rounded up to whole 64-deep K-blocks; an edge tile costs what a full one does); a narrow item takes its
-share. A 2-CTA cluster (Hopper's cluster2) or a CTA pair (Blackwell) is one slot of a 256-row item. Stream-K
-splits the uniform list's last partial wave along K over every slot (`waves.stream_k`); the hand-over of
+The wave model is the kernels' own work list: `hopper_options.plan_for` (H200) and `blackwell_options.plan`
+(B200) give each named configuration's (`gemm_kernels.configs`) items, their widths and the slots they run on,
+from its options: tile, cluster, epilogue (which narrow widths it allows) and schedule. An item of the widest
+width does 2 x tile_m x tile_n x K' FLOPs (K rounded up to whole 64-deep K-blocks; an edge tile costs what a
+full one does); a narrow item takes its share. A 2-CTA cluster (Hopper's cluster2) or a CTA pair (Blackwell) is
+one slot of a 256-row item. Stream-K splits the uniform list's last partial wave along K over every slot
+(`waves.stream_k`); the hand-over of
 partial sums is not modelled, which is why it predicts a gain that the H200 did not show.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
-from gemm_kernels import bench, seeds
+from gemm_kernels import bench, blackwell_options, configs, hopper_options, seeds
 from workbook.explore import MAX_ELEMENTS, Dim, Problem, Reference, Waves
 
 BASELINE = "torch.matmul"
 K_BLOCK = 64          # K per pipeline stage on both architectures
+OPTIONS = {"sm_90a": hopper_options, "sm_100a": blackwell_options}   # each backend's options, plan and shape rule
 
 
-# What this module needs of the kernels, in one place: the named configurations of an arch (name -> (gemm
-# function, its keyword arguments), the benchmark's own table), and each one's work list as the kernel plans it.
+# What this module needs of the kernels, in one place: the named configurations of an arch (name -> Options,
+# the benchmark's own table), and each one's work list as the kernel plans it.
 
 def _named(arch: str) -> dict:
-    return bench.configs(arch)
+    return configs.for_arch(arch)
 
 
 def _work_list(M: int, N: int, gpu, configuration: str):
     """(the planner's Plan of this configuration's run, what one slot is, whether the tail is stream-K)."""
-    _, kw = _named(gpu.arch)[configuration]
+    options = _named(gpu.arch)[configuration]
     if gpu.arch == "sm_90a":
-        from gemm_kernels import hopper
-        cluster = kw.get("cluster_m", hopper.DEFAULT_CLUSTER_M)
-        plan = hopper.plan_for(M, N, (kw.get("tile") or hopper.DEFAULT_TILE)[1], kw.get("schedule", "balanced"), gpu,
-                               cluster, kw.get("epilogue", "register"), kw.get("narrow_ns"))
-        return plan, "CTA pair (cluster of 2)" if cluster == 2 else "SM", kw.get("stream_k", False)
-    from gemm_kernels import blackwell
-    return blackwell.plan(M, N, schedule=kw.get("schedule", "uniform")), "CTA pair", False
+        plan = hopper_options.plan_for(M, N, options, gpu)
+        return plan, "CTA pair (cluster of 2)" if options.cluster_m == 2 else "SM", options.stream_k
+    return blackwell_options.plan(M, N, options), "CTA pair", False
+
+
+def _differences(options) -> str:
+    """The fields of `options` that differ from its backend's default, as keyword arguments."""
+    default = type(options).default()
+    changed = [f"{f.name}={getattr(options, f.name)!r}" for f in dataclasses.fields(options)
+               if getattr(options, f.name) != getattr(default, f.name)]
+    return ", ".join(changed) if changed else "the default options"
 
 
 def _k_blocks(K: int) -> int:
@@ -83,9 +90,10 @@ class Gemm(Problem):
     model = "gemm_kernels.explore's wave model (the kernels' own work lists)"
 
     def check(self, shape, gpu):
-        from gemm_kernels import backend
         M, N, K = shape
-        backend(gpu.arch).check_shape(M, N, K)
+        if gpu.arch not in OPTIONS:
+            raise ValueError(f"no GEMM kernels for {gpu.name} ({gpu.arch}); kernels exist for {sorted(OPTIONS)}")
+        OPTIONS[gpu.arch].check_shape(M, N, K)
         for tensor, elements in (("A", M * K), ("B", K * N), ("C", M * N)):
             if elements > MAX_ELEMENTS:
                 raise ValueError(f"{tensor} would have {elements:,} elements, more than the {MAX_ELEMENTS:,} that "
@@ -104,7 +112,7 @@ class Gemm(Problem):
         return [*_named(gpu.arch), BASELINE]
 
     def describe(self, configuration, gpu):
-        return "cuBLAS" if configuration == BASELINE else str(_named(gpu.arch)[configuration][1])
+        return "cuBLAS" if configuration == BASELINE else _differences(_named(gpu.arch)[configuration])
 
     def waves(self, shape, gpu, configuration) -> Waves | None:
         if configuration == BASELINE:
@@ -135,11 +143,11 @@ class Gemm(Problem):
         if configuration == BASELINE:
             fn = torch.matmul
         else:
-            chosen = _named(arch_of(torch.device("cuda")))
+            chosen = bench.contenders(arch_of(torch.device("cuda")))
             if configuration not in chosen:
                 return None
-            gemm, kw = chosen[configuration]
-            fn = lambda a, b: gemm(a, b, **kw)          # noqa: E731
+            gemm, options = chosen[configuration]
+            fn = lambda a, b: gemm(a, b, options)       # noqa: E731
         sets = bench.input_sets(*shape)
         try:
             return timing.bench(fn, sets).ms_median

@@ -74,13 +74,13 @@ def gemm_inconsistencies() -> list[str]:
 
 def wave_table() -> pd.DataFrame:
     """Seed 004's wave-tail table recomputed: per cube, the B200 kernel's uniform and balanced work lists
-    (`gemm_kernels.blackwell.plan`, the planner with the seed's N256 / N224 / N192 widths) against the
+    (`gemm_kernels.blackwell_options.plan`, the planner with the seed's N256 / N224 / N192 widths) against the
     tile and item counts the seed states, and the makespan gain the model predicts."""
-    from gemm_kernels import blackwell
+    from gemm_kernels import blackwell_options
     rows = []
     for size, (stated_tiles, stated_items) in STATED_WAVES.items():
-        uniform = blackwell.plan(size, size, schedule="uniform")
-        balanced = blackwell.plan(size, size, schedule="balanced")
+        uniform = blackwell_options.plan(size, size, schedule="uniform")
+        balanced = blackwell_options.plan(size, size, schedule="balanced")
         rows.append({"size": f"{size}\u00b3", "slots (CTA pairs)": uniform.slots,
                      "uniform tiles (seed)": stated_tiles, "uniform tiles (ours)": len(uniform.items),
                      "uniform waves": round(uniform.waves, 2),

@@ -1,18 +1,18 @@
 """The Hopper GEMM's measured timeline, CTA by CTA, as a figure.
 
-    c, frame = gemm_kernels.hopper.timeline(a, b)            # on an H200: one traced launch
+    c, frame = gemm_kernels.hopper_host.timeline(a, b)       # on an H200: one traced launch
     cta_timeline(frame, source="data/measured/h200/probes/...csv")
 
-`frame` is `gemm_kernels.hopper.trace_frame`'s output (one row per work-list row a CTA ran, stamps in
-microseconds). The phases drawn are named by the trace's own fields (`hopper.TRACE_FIELDS`), so a change
-to the trace format shows up here as an error at import, not as a wrong picture.
+`frame` is `gemm_kernels.hopper_trace.trace_frame`'s output (one row per work-list row a CTA ran, stamps
+in microseconds). The phases drawn are named by the trace's own fields (`hopper_trace.TRACE_FIELDS`), so a
+change to the trace format shows up here as an error at import, not as a wrong picture.
 """
 from __future__ import annotations
 
 import pandas as pd
 from matplotlib.figure import Figure
 
-from gemm_kernels.hopper import TRACE_FIELDS
+from gemm_kernels.hopper_trace import TRACE_FIELDS
 from workbook.plots import GAIN, IDLE, LOSS, caption, new_axes, require_source
 
 PHASES = (   # (from column, to column, label, colour)
@@ -32,7 +32,8 @@ def cta_timeline(frame: pd.DataFrame, *, ax=None, title: str | None = None, sour
     need = {"cta", "exit", *(c for a, b, _, _ in PHASES for c in (a, b))}
     missing = need - set(frame.columns)
     if missing:
-        raise ValueError(f"frame lacks columns {sorted(missing)}: pass gemm_kernels.hopper.trace_frame's output")
+        raise ValueError(f"frame lacks columns {sorted(missing)}: pass "
+                         f"gemm_kernels.hopper_trace.trace_frame's output")
     if frame.empty:
         raise ValueError("frame has no rows")
     n = int(frame.cta.max()) + 1

@@ -7,44 +7,34 @@
     r = kmeans_kernels.fit(x, k)                          # k-means (Lloyd's loop) on it, CUDA or CPU: lloyd.py
 
 The answer is defined by `kmeans_kernels.reference` (see its docstring for the numerical contract).
-Each architecture has one backend module that exposes the same four names:
+Each architecture has one backend module (`BACKENDS`) that exposes the same four names:
 
     VARIANTS                      the variant names it implements, in tutorial order
     auto_variant(N, D, K)         which one `variant="auto"` picks for a shape, from measurements
     run(variant, x, c, c_sq, out) launch on CUDA tensors already validated here, filling `out`
     compile(variant, N, D, K, dump_dir)   compile with no GPU, returning a `workbook.sass.Artifacts`
+
+What each variant name is made of on each arch, and the D every kernel takes, is `kmeans_kernels.variants`.
 """
 from __future__ import annotations
-
-import importlib
 
 import torch
 
 from kmeans_kernels import reference
-from workbook import gpus
 from kmeans_kernels.reference import scores  # noqa: F401  (re-exported for users)
+from kmeans_kernels.variants import D_MAX, D_MULTIPLE, check_d  # noqa: F401  (D_MAX, D_MULTIPLE: for users)
+from workbook import dispatch
 
-# arch -> backend module; sm_120 (consumer Blackwell) has no tcgen05 2-SM MMA and gets none of these.
-BACKENDS = {"sm_90a": "kmeans_kernels.hopper", "sm_100a": "kmeans_kernels.blackwell"}
+BACKENDS = dispatch.Backends("k-means", {"sm_90a": "kmeans_kernels.hopper", "sm_100a": "kmeans_kernels.blackwell"},
+                             instead="kmeans_kernels.reference.assign")
+backend = BACKENDS.module
+arch_of = BACKENDS.arch_of
 SUPPORTED_DTYPES = (torch.bfloat16, torch.float16)
-D_MULTIPLE = 16
-D_MAX = 512
 # The kernels index rows and centroids with 32-bit integers, tile by tile: the index of every row of the last
 # (partial) tile must fit too, so N and K stay a tile (at most 256) below 2^31.
 MAX_ROWS = 2**31 - 256
 # TMA reads x and c from 16-byte aligned rows; c_sq and out are read and written element by element.
 ALIGN = {"x": 16, "c": 16, "c_sq": 4, "out": 4}
-
-
-def backend(arch: str):
-    if arch not in BACKENDS:
-        raise ValueError(f"no k-means kernels for arch {arch!r}; kernels exist for {sorted(BACKENDS)}")
-    return importlib.import_module(BACKENDS[arch])
-
-
-def arch_of(device: torch.device) -> str:
-    """The kernel arch for a CUDA device: sm_90a for compute capability 9.0, sm_100a for 10.0."""
-    return gpus.kernel_arch(device, instead="kmeans_kernels.reference.assign")
 
 
 def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, out: torch.Tensor | None) -> None:
@@ -55,11 +45,7 @@ def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, ou
                          f"(use kmeans_kernels.reference.assign on the CPU)")
     if x.dtype not in SUPPORTED_DTYPES or c.dtype != x.dtype:
         raise ValueError(f"the kernels take bf16 or fp16 x and c of one dtype; got x {x.dtype}, c {c.dtype}")
-    D = x.shape[1]
-    if D % D_MULTIPLE or D > D_MAX:
-        raise ValueError(f"D={D} is unsupported by the tensor-core kernels: D must be a multiple of {D_MULTIPLE} "
-                         f"up to {D_MAX} (use kmeans_kernels.reference.assign for other D)")
-    check_sizes(N=x.shape[0], D=D, K=c.shape[0])
+    check_sizes(N=x.shape[0], D=x.shape[1], K=c.shape[0])
     if c_sq is not None and c_sq.dtype != torch.float32:
         raise ValueError(f"c_sq must be a float32 [K] tensor; got {c_sq.dtype}")
     if out is not None:
@@ -80,13 +66,16 @@ def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, ou
                              f"{t.data_ptr():#x} (a view that starts part-way into a row is not aligned; a fresh "
                              f"tensor is)")
 
+
 def check_sizes(*, N, D, K) -> None:
-    """N, D and K as the kernels can take them: ints, N and K from 1 to MAX_ROWS (32-bit row indices)."""
-    for name, v in (("N", N), ("D", D), ("K", K)):
+    """N, D and K as the kernels can take them: N and K ints from 1 to MAX_ROWS (32-bit row indices), D by the
+    D rule (`variants.check_d`)."""
+    for name, v in (("N", N), ("K", K)):
         if isinstance(v, bool) or not isinstance(v, int):
             raise ValueError(f"{name} must be an int, got {v!r} ({type(v).__name__})")
         if v < 1:
             raise ValueError(f"{name} must be >= 1, got {v}")
+    check_d(D)
     for name, v in (("N", N), ("K", K)):
         if v > MAX_ROWS:
             raise ValueError(f"{name}={v} is too large: the kernels index rows with 32-bit integers, so N and K "
@@ -120,9 +109,6 @@ def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
 def compile_assign(variant: str, *, N: int, D: int, K: int, arch: str = "sm_90a", dump_dir=None):
     """Compile one variant for `arch` with no GPU; returns an object with .ptx, .cubin and .sass."""
     check_sizes(N=N, D=D, K=K)
-    if D % D_MULTIPLE or D > D_MAX:
-        raise ValueError(f"unsupported shape N={N}, D={D}, K={K}: N, K >= 1 and D a multiple of {D_MULTIPLE} "
-                         f"up to {D_MAX}")
     be = backend(arch)
     if variant == "auto":
         variant = be.auto_variant(N, D, K)

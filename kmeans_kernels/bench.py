@@ -114,10 +114,10 @@ def parse_shapes(text: str | None) -> list[tuple[int, int, int]]:
         if len(parts) != 3 or not all(p.strip().isdigit() for p in parts):
             raise ValueError(f"--shapes wants 'N,D,K;N,D,K;...', got {item!r}")
         N, D, K = (int(p) for p in parts)
-        kmeans_kernels.check_sizes(N=N, D=D, K=K)
-        if D % kmeans_kernels.D_MULTIPLE or D > kmeans_kernels.D_MAX:
-            raise ValueError(f"--shapes entry {item!r}: D must be a multiple of {kmeans_kernels.D_MULTIPLE} up to "
-                             f"{kmeans_kernels.D_MAX} for the kernels")
+        try:
+            kmeans_kernels.check_sizes(N=N, D=D, K=K)
+        except ValueError as e:
+            raise ValueError(f"--shapes entry {item!r}: {e}") from None
         shapes.append((N, D, K))
     return shapes
 

@@ -57,8 +57,8 @@ import cutlass.utils.blackwell_helpers as sm100_utils
 from cutlass.cute.nvgpu import cpasync, tcgen05
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
 
-from kmeans_kernels import reduce
-from workbook import launch
+from kmeans_kernels import reduce, variants
+from workbook import gpus, launch
 from workbook import sass as sass_tools
 
 ARCH = "sm_100a"
@@ -67,7 +67,9 @@ BLOCK_N = 128        # centroids per tile = TMEM columns per accumulator
 BLOCK_K = 64         # D per TMA chunk: 64 bf16 = one 128-byte swizzle row
 MMA_K = 16           # D per tcgen05.mma for 16-bit inputs
 EPILOGUE_WARPS = 4   # warps 0-3: tcgen05.ld lets warp w read TMEM lanes 32w..32w+31 only
-SMEM_BUDGET = 200 * 1024  # of the 227 KiB a CTA may use, leaving room for barriers and the norm buffer
+# a round budget below the 227 KiB a CTA may use, leaving room for barriers and the norm buffer
+SMEM_BUDGET = 200 * 1024
+assert SMEM_BUDGET < gpus.B200.smem_per_block_bytes
 MAX_C_STAGES = 8
 TMEM_ALLOC_BARRIER_ID = 1
 NORM_BARRIER_ID = 2      # the named barrier of the shared-memory norm buffer (epilogue warps only)
@@ -84,12 +86,10 @@ class Design:
     norms: str         # "smem" (staged, two barriers per tile) or "shuffle" (registers + shuffle_sync)
 
 
-DESIGNS = {
-    "serial": Design(warp_specialized=True, reduction="serial", norms="smem"),
-    "ilp2": Design(warp_specialized=True, reduction="ilp2", norms="smem"),
-    "norm_broadcast": Design(warp_specialized=True, reduction="serial", norms="shuffle"),
-    "x_resident": Design(warp_specialized=False, reduction="serial", norms="smem"),
-}
+# In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): on Blackwell each variant is
+# one change from the warp-specialised serial kernel, so norm_broadcast keeps the serial scan.
+DESIGNS = {name: Design(warp_specialized=r.warp_specialized, reduction=r.scan, norms=r.norms)
+           for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(DESIGNS)
 
 
@@ -387,19 +387,13 @@ def _fake_args(D: int, dtype: torch.dtype):
 
 
 def _check_variant(variant: str) -> Design:
-    if variant not in DESIGNS:
-        raise ValueError(f"variant {variant!r} does not exist for {ARCH}; choose from {VARIANTS}")
+    variants.recipe(ARCH, variant)
     return DESIGNS[variant]
-
-
-def _check_d(D: int) -> None:
-    if D < 16 or D % 16 or D > 512:
-        raise ValueError(f"D={D} is unsupported: the sm_100a kernels take D a multiple of 16 from 16 to 512")
 
 
 def _compile(variant: str, D: int, dtype: torch.dtype, dump_dir: Path | None):
     design = _check_variant(variant)
-    _check_d(D)
+    variants.check_d(D)
     if dtype not in _DTYPES:
         raise ValueError(f"dtype must be one of {list(_DTYPES)}; got {dtype}")
     return sass_tools.compile_for(AssignKernel(design, D), *_fake_args(D, dtype), arch=ARCH, dump_dir=dump_dir)

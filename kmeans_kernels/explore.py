@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 
 import kmeans_kernels
-from kmeans_kernels import seeds
+from kmeans_kernels import seeds, variants
 from workbook import gpus
 from workbook.explore import MAX_ELEMENTS, Dim, Problem, Reference, Waves, record_label, uniform_waves
 
@@ -40,7 +40,7 @@ def tiling(shape, gpu: gpus.GpuSpec, variant: str) -> tuple[int, int]:
     _, D, _ = shape
     be = _backend(gpu)
     if gpu.arch == "sm_90a":
-        block_n = be.VARIANT_SPECS[variant].block_n
+        block_n = variants.recipe(gpu.arch, variant).tile_n
         return block_n, be.ctas_per_sm(D, block_n)
     if variant == "x_resident" and D > be.X_RESIDENT_MAX_D:
         raise ValueError(f"x_resident takes D <= {be.X_RESIDENT_MAX_D}, not {D}")
@@ -57,9 +57,7 @@ class KmeansAssign(Problem):
 
     def check(self, shape, gpu):
         N, D, K = shape
-        if D % kmeans_kernels.D_MULTIPLE or D > kmeans_kernels.D_MAX:
-            raise ValueError(f"D={D}: the tensor-core kernels take D a multiple of {kmeans_kernels.D_MULTIPLE} "
-                             f"up to {kmeans_kernels.D_MAX} (kmeans_kernels.reference.assign takes any D)")
+        kmeans_kernels.check_d(D)
         for tensor, elements in (("x", N * D), ("c", K * D)):
             if elements > MAX_ELEMENTS:
                 raise ValueError(f"{tensor} would have {elements:,} elements, more than the {MAX_ELEMENTS:,} that "

@@ -13,10 +13,9 @@ One CTA owns ``BLOCK_M = 128`` points and streams every centroid past them:
 
 **Two CTAs per SM.** The argmin of a tile and the WGMMAs of the next overlap *across* CTAs: the kernel is
 small enough (288 threads, at most 112 registers, about 112 KiB of shared memory up to D = 256) that two
-CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. An earlier version
-kept two accumulators per consumer to overlap inside one CTA; at 232 registers per thread it fit one CTA per
-SM, and on the H200 it was no faster than one accumulator (notes/perf-log.md, k-means, session 2;
-notebook 04, section 5).
+CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. Two accumulators per
+consumer would overlap inside one CTA instead, but at 232 registers per thread only one CTA fits an SM, and on
+the H200 that measured no faster than one accumulator (data/measured/h200/probes/kmeans_structures.csv).
 
 Scores are ``0.5 * c_sq[k] - dot`` in fp32, the reference's expression (the 0.5 multiply is exact), so
 on inputs whose dot products are exact the answer equals ``kmeans_kernels.reference.assign`` bit for bit.
@@ -54,20 +53,20 @@ import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 
-from kmeans_kernels import reduce
-from workbook import launch, sass
+from kmeans_kernels import reduce, variants
+from kmeans_kernels.variants import D_MAX, D_MULTIPLE, check_d  # noqa: F401  (D_MAX, D_MULTIPLE: the D rule)
+from workbook import gpus, launch, sass
 
 BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup)
 BLOCK_N = 128          # centroids per tile: the WGMMA N ...
 WIDE_BLOCK_N = 256     # ... and in the "wide" variant
 BLOCK_D = 64           # D per ring slot: one 128-byte swizzle atom of 16-bit elements
 MAX_STAGES = 8
-SM_SMEM_BYTES = 233472  # shared memory of one sm_90 SM (228 KiB) ...
-CTA_SMEM_RESERVED = 1024  # ... of which the hardware reserves 1 KiB per resident CTA
-BLOCK_SMEM_MAX = 232448  # the most one CTA may opt in to (227 KiB)
+ARCH = "sm_90a"
+SM_SMEM_BYTES = gpus.H200.smem_per_sm_bytes                    # shared memory of one sm_90 SM (228 KiB) ...
+CTA_SMEM_RESERVED = gpus.H200.smem_reserved_per_block_bytes    # ... of which CUDA keeps 1 KiB per resident CTA
+BLOCK_SMEM_MAX = gpus.H200.smem_per_block_bytes                # the most one CTA may opt in to (227 KiB)
 MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring this deep
-D_MULTIPLE = 16        # the WGMMA K of 16-bit operands
-D_MAX = 512            # x[128, 512] bf16 is 128 KiB resident; beyond that too few ring slots remain
 CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
 PRODUCER_WARP = 8      # warp 8 issues every TMA
 THREADS = 32 * (CONSUMER_WARPS + 1)
@@ -86,15 +85,10 @@ class VariantSpec:
     ping_pong: bool = False
 
 
-# One table, in tutorial order. `wide`'s 128-register accumulator allows one CTA per SM, which leaves no other
-# CTA to overlap with, so its warpgroups ping-pong. (The 128-wide variants also run alone on an SM at D > 256;
-# ping-pong there is not measured, so they keep the plain loop.)
-VARIANT_SPECS = {
-    "serial": VariantSpec("serial"),
-    "ilp2": VariantSpec("ilp2"),
-    "norm_broadcast": VariantSpec("ilp2", broadcast_norms=True),
-    "wide": VariantSpec("ilp2", broadcast_norms=True, block_n=WIDE_BLOCK_N, ping_pong=True),
-}
+# In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms either loaded by each
+# thread or broadcast by shuffles.
+VARIANT_SPECS = {name: VariantSpec(r.scan, broadcast_norms=r.norms == "shuffle", block_n=r.tile_n,
+                                   ping_pong=r.ping_pong) for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(VARIANT_SPECS)
 
 
@@ -104,7 +98,7 @@ def auto_variant(N: int, D: int, K: int) -> str:
     one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
     (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
     than the second CTA's overlap. At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 %
-    slower there in both full runs that timed it (7f811bc, 7062732), and 4-10 % faster at 65536 x 256 x 4096."""
+    slower there in both full runs that timed it, and 4-10 % faster at 65536 x 256 x 4096."""
     return "wide" if D >= 256 and K >= 4096 and ping_pong_fits(D) else "norm_broadcast"
 
 
@@ -157,15 +151,14 @@ def _flat_index(row: int, col: int) -> int:
 def check_shape(D: int, dtype: torch.dtype = torch.bfloat16) -> None:
     if dtype not in _DTYPES:
         raise ValueError(f"the Hopper kernels take bf16 or fp16; got {dtype}")
-    if D < D_MULTIPLE or D % D_MULTIPLE or D > D_MAX:
-        raise ValueError(f"D={D} is unsupported by the Hopper kernels: D must be a multiple of {D_MULTIPLE} "
-                         f"from {D_MULTIPLE} to {D_MAX}")
+    check_d(D)
 
 
 def check_variant(variant: str, D: int | None = None) -> None:
-    if variant not in VARIANTS:
-        raise ValueError(f"variant {variant!r} does not exist for sm_90a; choose from {VARIANTS}")
-    if D is not None and VARIANT_SPECS[variant].ping_pong and not ping_pong_fits(D):
+    """The variant exists on sm_90a (`kmeans_kernels.variants`) and, given D, can run it: a ping-pong
+    variant only where its ring holds a whole tile's D blocks (`ping_pong_fits`)."""
+    recipe = variants.recipe(ARCH, variant)
+    if D is not None and recipe.ping_pong and not ping_pong_fits(D):
         raise ValueError(f"variant {variant!r} takes D up to 256 (its ring must hold a whole 256-wide tile's "
                          f"D blocks); got D={D}: use 'norm_broadcast'")
 

@@ -235,10 +235,10 @@ def _local_problem(x, k, iters, tol, init, variant, group) -> str | None:
     if x.device.type == "cpu" and variant != "auto":
         return f"variant={variant!r} names a CUDA kernel; on the CPU fit uses kmeans_kernels.reference (variant='auto')"
     if x.device.type == "cuda":
-        D = x.shape[1]
-        if D % kmeans_kernels.D_MULTIPLE or D > kmeans_kernels.D_MAX:
-            return (f"D={D}: the CUDA kernels need D a multiple of {kmeans_kernels.D_MULTIPLE} up to "
-                    f"{kmeans_kernels.D_MAX} (fit on the CPU takes any D)")
+        try:
+            kmeans_kernels.check_d(x.shape[1])
+        except ValueError as e:
+            return f"{e}; fit on the CPU takes any D"
     if group is not None and dist.get_backend(group) == "nccl" and x.device.type != "cuda":
         return f"an NCCL group needs x on a CUDA device; x is on {x.device}"
     return None

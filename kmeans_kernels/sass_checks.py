@@ -8,6 +8,7 @@ for in *these* kernels:
   2 x 128 deep; two independent chains (ILP2) halve it. This is the claim "two independent chains" as a
   number, computed from a def-use graph over registers and predicates, not from opcode names. Blackwell
   scans start after the TMEM load (`after="LDTM"`, the default); Hopper ones anywhere (`after=None`).
+* :func:`scan_tiles` - how many centroid tiles a Hopper scan block scores: every score is one FADD.
 * :func:`unfenced_releases` - every release of a TMEM accumulator must come after a tcgen05.wait::ld
   that covers the tcgen05.ld before it (checked in PTX program order).
 * :func:`named_barrier_syncs` / :func:`shared_stores` - the shared-memory norm buffer and its barriers,
@@ -94,6 +95,13 @@ def compare_select_depth(sass: str, ops: frozenset[str] = COMPARE_SELECT, after:
 def compare_select_count(sass: str, ops: frozenset[str] = COMPARE_SELECT, after: str | None = "LDTM") -> int:
     """How many compare-select ops the scan block holds (the work, as opposed to the depth)."""
     return sum(ins.base in ops for ins in scan_block(sass, after))
+
+
+def scan_tiles(block: list[Instruction], block_n: int = 128) -> float:
+    """How many `block_n`-wide centroid tiles a Hopper scan block (`scan_block(sass, after=None)`) scores.
+    Every score is one FADD (half norm - dot), and a consumer thread scores 2 rows x block_n / 4 columns of
+    each tile (the WGMMA accumulator layout, `kmeans_kernels.hopper._row_col_layout`)."""
+    return sum(ins.base == "FADD" for ins in block) / (2 * block_n // 4)
 
 
 # PTX lines that matter for the TMEM hand-back: the asynchronous load, its wait, and plain mbarrier arrives

@@ -1,15 +1,15 @@
 """The GEMM benchmark's command line: the right configurations per GPU, and a clear refusal elsewhere."""
 import pytest
 
-from gemm_kernels import bench, blackwell, hopper
+from gemm_kernels import bench, blackwell_host, configs, hopper_host, hopper_options
 
 
 def test_each_arch_times_its_own_kernels():
-    h = bench.configs("sm_90a")
-    assert list(h) == list(bench.VARIANTS) and all(fn is hopper.gemm for fn, _ in h.values())
-    b = bench.configs("sm_100a")
-    assert [c["name"] for c in blackwell.bench_configs()] == list(b)
-    assert all(fn is blackwell.gemm for fn, _ in b.values())
+    h = bench.contenders("sm_90a")
+    assert list(h) == list(configs.HOPPER) and all(fn is hopper_host.gemm for fn, _ in h.values())
+    b = bench.contenders("sm_100a")
+    assert list(configs.BLACKWELL) == list(b)
+    assert all(fn is blackwell_host.gemm for fn, _ in b.values())
 
 
 def test_b200_default_shapes_are_the_seeds_squares():
@@ -43,15 +43,27 @@ def test_torch_only_needs_shapes(monkeypatch):
 
 
 def test_default_variant_is_what_gemm_runs_by_default():
-    import inspect
-    kw = dict(bench.VARIANTS[bench.DEFAULT_VARIANT])
-    band_rows = kw.pop("band_rows", inspect.signature(hopper.gemm).parameters["band_rows"].default)
-    assert band_rows == inspect.signature(hopper.gemm).parameters["band_rows"].default
+    default = configs.HOPPER[configs.HOPPER_DEFAULT]
+    band_rows = default.band_rows
+    assert band_rows == hopper_options.Options().band_rows
     for M, N in ((8192, 8192), (2048, 5120), (4096, 4096)):
-        assert hopper.config_for(M, N, **kw) == hopper.config_for(M, N)
+        assert hopper_options.config_for(M, N, default) == hopper_options.config_for(M, N)
+        assert hopper_options.plan_for(M, N, default) == hopper_options.plan_for(M, N)
 
 
 def test_sweep_covers_the_grid_once():
     shapes = bench.sweep_shapes()
     assert len(shapes) == len(set(shapes)) == len(bench.SWEEP_SIDES) ** 2
     assert {K for _, _, K in shapes} == {bench.SWEEP_K}
+
+
+def test_named_configurations_have_one_home():
+    from gemm_kernels import blackwell_options
+    assert configs.for_arch("sm_90a") is configs.HOPPER and configs.for_arch("sm_100a") is configs.BLACKWELL
+    assert all(isinstance(o, hopper_options.Options) for o in [*configs.HOPPER.values(), *configs.HOPPER_TIMELINES.values()])
+    assert all(isinstance(o, blackwell_options.Options) for o in configs.BLACKWELL.values())
+    assert configs.HOPPER_DEFAULT in configs.HOPPER and configs.HOPPER_TIMELINES["default"] == hopper_options.Options()
+    table = configs.table()
+    assert list(table.name) == [*configs.HOPPER, *configs.BLACKWELL]
+    with pytest.raises(ValueError, match="sm_120a"):
+        configs.for_arch("sm_120a")

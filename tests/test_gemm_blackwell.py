@@ -20,7 +20,8 @@ import re
 import pytest
 import torch
 
-from gemm_kernels import blackwell as bw
+from gemm_kernels import blackwell, blackwell_host, configs, sass_checks
+from gemm_kernels import blackwell_options as bw
 from gemm_kernels import stages as stages_lib
 from gemm_kernels import waves
 from workbook import sass
@@ -49,7 +50,7 @@ def builds():
     for epilogue in bw.EPILOGUES:
         shape = random_shape(rng)
         stages = bw.DEFAULT_STAGES[epilogue]
-        out[epilogue] = (stages, shape, bw.compile_gemm(*shape, stages=stages, epilogue=epilogue))
+        out[epilogue] = (stages, shape, blackwell_host.compile_gemm(*shape, stages=stages, epilogue=epilogue))
     return out
 
 
@@ -60,7 +61,7 @@ def balanced_builds():
     rng = random.Random()
     epilogues = list(bw.EPILOGUES)
     rng.shuffle(epilogues)
-    return {size: (epilogue, bw.compile_gemm(size, size, bw.ALIGN_ELEMENTS * rng.randint(1, 256),
+    return {size: (epilogue, blackwell_host.compile_gemm(size, size, bw.ALIGN_ELEMENTS * rng.randint(1, 256),
                                              epilogue=epilogue, schedule="balanced"))
             for size, epilogue in zip((4096, 8192), epilogues)}
 
@@ -114,7 +115,7 @@ def test_staged_epilogue_goes_through_shared_memory(builds):
 def test_ring_depth_in_the_ptx(builds, epilogue):
     stages, _, art = builds[epilogue]
     # a full and an empty mbarrier per stage and per accumulator buffer, plus the pair's TMEM-free barrier
-    assert art.ptx.count("mbarrier.init.shared") == 2 * stages + 2 * bw.ACC_BUFFERS + 1
+    assert art.ptx.count("mbarrier.init.shared") == 2 * stages + 2 * blackwell.ACC_BUFFERS + 1
 
 
 @pytest.mark.parametrize("epilogue", bw.EPILOGUES)
@@ -143,7 +144,7 @@ def test_stage_arithmetic_matches_the_builds():
 
 def test_dump_dir_keeps_ptx_and_cubin(tmp_path):
     M, N, K = random_shape(random.Random(), max_tiles=2)
-    art = bw.compile_gemm(M, N, K, dump_dir=tmp_path)
+    art = blackwell_host.compile_gemm(M, N, K, dump_dir=tmp_path)
     assert list(tmp_path.glob("*.ptx")) and list(tmp_path.glob("*.cubin"))
     assert art.arch == "sm_100a" and art.cubin
 
@@ -151,7 +152,7 @@ def test_dump_dir_keeps_ptx_and_cubin(tmp_path):
 # ----------------------------------------------------------------------------------- MMA width per item
 
 def mma_shapes(art) -> set[tuple[int, int]]:
-    return {bw.mma_shape(idesc) for idesc in bw.mma_descriptors(art.ptx)}
+    return {sass_checks.mma_shape(idesc) for idesc in sass_checks.mma_descriptors(art.ptx)}
 
 
 @pytest.mark.parametrize("epilogue", bw.EPILOGUES)
@@ -168,16 +169,16 @@ def test_balanced_build_issues_one_mma_shape_per_item_width(balanced_builds, siz
     # the same descriptors reach the SASS: the pair MMA is one opcode whose shape is its idesc operand
     ops = opcodes(art)
     assert {op for op in ops if op.startswith("UTC") and "MMA" in op} == {"UTCHMMA.2CTA"}
-    for idesc in bw.mma_descriptors(art.ptx):
+    for idesc in sass_checks.mma_descriptors(art.ptx):
         assert re.search(rf"UMOV UR\d+, 0x{idesc:x}\b", art.sass), f"idesc 0x{idesc:x} not set in the SASS"
 
 
 def test_descriptor_decoding_on_known_values():
     # an M256 x N256 and an M128 x N64 bf16 descriptor, built from the PTX ISA field positions
-    assert bw.mma_shape((256 >> 4) << 24 | (256 >> 3) << 17 | 0x10490) == (256, 256)
-    assert bw.mma_shape((128 >> 4) << 24 | (64 >> 3) << 17 | 0x10490) == (128, 64)
+    assert sass_checks.mma_shape((256 >> 4) << 24 | (256 >> 3) << 17 | 0x10490) == (256, 256)
+    assert sass_checks.mma_shape((128 >> 4) << 24 | (64 >> 3) << 17 | 0x10490) == (128, 64)
     with pytest.raises(ValueError, match="not a constant"):
-        bw.mma_descriptors("tcgen05.mma.cta_group::2.kind::f16 [%r1], %rd1, %rd2, %r9, %p1;")
+        sass_checks.mma_descriptors("tcgen05.mma.cta_group::2.kind::f16 [%r1], %rd1, %rd2, %r9, %p1;")
 
 
 # ----------------------------------------------------------------------------------- the work list
@@ -247,7 +248,7 @@ def test_balanced_plan_is_the_planners():
 @pytest.mark.parametrize("item", [(0, 0, 128), (128, 0, 256), (0, 16, 224), (0, 1024, 256), (1024, 0, 256)])
 def test_items_the_kernel_cannot_run_are_refused(item):
     with pytest.raises(ValueError, match="work item"):
-        bw._check_items([item], 1024, 1024)
+        bw.check_items([item], 1024, 1024)
 
 
 # ----------------------------------------------------------------------------------- errors
@@ -261,7 +262,7 @@ def test_items_the_kernel_cannot_run_are_refused(item):
 ])
 def test_bad_shapes_are_named(shape, match):
     with pytest.raises(ValueError, match=match):
-        bw.compile_gemm(*shape)
+        blackwell_host.compile_gemm(*shape)
 
 
 @pytest.mark.parametrize("kwargs, match", [
@@ -274,34 +275,33 @@ def test_bad_shapes_are_named(shape, match):
 ])
 def test_bad_builds_are_named(kwargs, match):
     with pytest.raises(ValueError, match=match):
-        bw.compile_gemm(1024, 1024, 256, **kwargs)
+        blackwell_host.compile_gemm(1024, 1024, 256, **kwargs)
 
 
 @pytest.mark.parametrize("widths", [(), (256, 256), (192, 256), (256, 128)])
 def test_bad_width_sets_are_named(widths):
     with pytest.raises(ValueError, match="widths"):
-        bw.Sm100Gemm(7, "register", torch.bfloat16, widths)
+        blackwell.Sm100Gemm(7, "register", torch.bfloat16, widths)
 
 
 def test_gemm_refuses_cpu_tensors():
     a = torch.randn(256, 64, dtype=torch.bfloat16)
     b = torch.randn(64, 256, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="CUDA"):
-        bw.gemm(a, b)
+        blackwell_host.gemm(a, b)
     with pytest.raises(ValueError, match="bf16 or both fp16"):
-        bw.gemm(a.float(), b.float())
+        blackwell_host.gemm(a.float(), b.float())
     with pytest.raises(ValueError, match=r"\[M, K\]"):
-        bw.gemm(a, b[:32])
+        blackwell_host.gemm(a, b[:32])
 
 
 def test_bench_configs_are_valid_builds():
-    configs = bw.bench_configs()
-    assert [(c["kwargs"]["epilogue"], c["kwargs"]["schedule"]) for c in configs] == [
+    named = configs.BLACKWELL
+    assert [(o.epilogue, o.schedule) for o in named.values()] == [
         ("staged", "uniform"), ("register", "uniform"), ("register", "balanced")]
-    for config in configs:
-        kwargs = config["kwargs"]
-        assert set(kwargs) <= {"stages", "epilogue", "schedule"}
-        bw.stage_budget(kwargs["stages"], kwargs["epilogue"])  # fits, or raises
+    for options in named.values():
+        assert isinstance(options, bw.Options)
+        bw.stage_budget(options.stages, options.epilogue)  # fits, or raises
 
 
 # ----------------------------------------------------------------------------------- on a B200
@@ -331,7 +331,7 @@ def test_matches_torch_on_random_inputs(schedule, epilogue, dtype):
     K = bw.TILE_K * rng.randint(1, 64)
     a = torch.randn(M, K, device="cuda", dtype=dtype)
     b = torch.randn(K, N, device="cuda", dtype=dtype)
-    c = bw.gemm(a, b, epilogue=epilogue, schedule=schedule)
+    c = blackwell_host.gemm(a, b, epilogue=epilogue, schedule=schedule)
     torch.cuda.synchronize()
     ref = a.float() @ b.float()
     # one rounding to the output type, on top of fp32 accumulation in a different order
@@ -354,7 +354,7 @@ def test_exact_on_small_integers_with_tails(schedule, epilogue):
     # a guard row past the end of c: predicated or clipped stores must not spill into it
     buffer = torch.full((M + 1, N), float("nan"), device="cuda", dtype=torch.bfloat16)
     out = buffer[:M]
-    c = bw.gemm(a, b, epilogue=epilogue, schedule=schedule, out=out)
+    c = blackwell_host.gemm(a, b, epilogue=epilogue, schedule=schedule, out=out)
     torch.cuda.synchronize()
     assert c.data_ptr() == out.data_ptr()
     assert torch.equal(c, _reference(a, b)), "every output element must be written, exactly"
@@ -368,7 +368,7 @@ def test_seed_shapes_balanced_match_torch(size):
     """seed 004's 4096^3 (N192 items) and 8192^3 (N224 items) through the balanced schedule."""
     a = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(size, size, device="cuda", dtype=torch.bfloat16)
-    c = bw.gemm(a, b, schedule="balanced")
+    c = blackwell_host.gemm(a, b, schedule="balanced")
     torch.cuda.synchronize()
     torch.testing.assert_close(c.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2 * size ** 0.5)
 
@@ -379,8 +379,8 @@ def test_gpu_input_errors():
     a = torch.randn(256, 128, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(128, 256, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="contiguous"):
-        bw.gemm(a, b.t().contiguous().t())
+        blackwell_host.gemm(a, b.t().contiguous().t())
     with pytest.raises(ValueError, match="out"):
-        bw.gemm(a, b, out=torch.empty(256, 256, device="cuda", dtype=torch.float16))
+        blackwell_host.gemm(a, b, out=torch.empty(256, 256, device="cuda", dtype=torch.float16))
     with pytest.raises(ValueError, match="N=252 is not a multiple of 8"):
-        bw.gemm(a, torch.randn(128, 252, device="cuda", dtype=torch.bfloat16))
+        blackwell_host.gemm(a, torch.randn(128, 252, device="cuda", dtype=torch.bfloat16))

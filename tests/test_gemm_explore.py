@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from gemm_kernels import bench, blackwell, hopper, seeds
+from gemm_kernels import configs, hopper_options, seeds
 from gemm_kernels.explore import BASELINE, GEMM
 from workbook import explore, gpus
 
@@ -26,8 +26,8 @@ def random_shape():
 
 def test_it_is_an_explorer_problem_with_the_benchmarks_configurations():
     assert isinstance(GEMM, explore.Problem) and [d.name for d in GEMM.dims] == ["M", "N", "K"]
-    assert GEMM.configurations(H200) == [*bench.VARIANTS, BASELINE]
-    assert GEMM.configurations(B200) == [c["name"] for c in blackwell.bench_configs()] + [BASELINE]
+    assert GEMM.configurations(H200) == [*configs.HOPPER, BASELINE]
+    assert GEMM.configurations(B200) == [*configs.BLACKWELL, BASELINE]
 
 
 def test_flops_and_bytes_count_the_real_tensors():
@@ -39,14 +39,14 @@ def test_flops_and_bytes_count_the_real_tensors():
 
 def test_each_configuration_is_planned_as_it_runs():
     M, N, K = random_shape()
-    for name, kw in bench.VARIANTS.items():
+    for name, options in configs.HOPPER.items():
         w = GEMM.waves((M, N, K), H200, name)
-        cluster = kw.get("cluster_m", hopper.DEFAULT_CLUSTER_M)
-        tile_n = kw["tile"][1]
+        cluster = options.cluster_m
+        tile_n = options.tile_n
         # a 2-CTA cluster is one slot of a 256-row item: 66 of them on the H200, not 132
         assert w.slots == (H200.cluster_pairs if cluster == 2 else H200.sm_count), name
         assert w.item_flops == 2 * 128 * cluster * tile_n * math.ceil(K / 64) * 64, name
-        plan = hopper.plan_for(M, N, tile_n, kw["schedule"], H200, cluster, kw.get("epilogue", "register"))
+        plan = hopper_options.plan_for(M, N, options, H200)
         assert w.items == len(plan.items), name
 
 
@@ -66,7 +66,7 @@ def test_balancing_never_predicts_slower_and_the_tilings_differ():
 
 def test_seed_004s_wave_tail_on_b200():
     """4096^3 in 256 x 256 tiles on 74 CTA pairs: 3.46 waves; the balanced plan fills the last wave."""
-    names = [c["name"] for c in blackwell.bench_configs()]
+    names = list(configs.BLACKWELL)
     uniform, balanced = (GEMM.waves((4096,) * 3, B200, n) for n in (names[1], names[2]))
     assert (uniform.items, uniform.slots, round(uniform.waves, 2), uniform.makespan) == (256, 74, 3.46, 4.0)
     assert balanced.items == 296 and balanced.makespan < uniform.makespan and balanced.slot == "CTA pair"
@@ -111,7 +111,7 @@ def test_live_timings_on_this_gpu(monkeypatch):
     here = gpus.current()
     if here is None or here.key not in GEMM.gpus:
         pytest.skip(f"no kernels for this GPU ({here})")
-    chosen = [bench.DEFAULT_VARIANT, BASELINE] if here.key == "h200" else None
+    chosen = [configs.HOPPER_DEFAULT, BASELINE] if here.key == "h200" else None
     result = explore.Explorer(GEMM).explore((4096, 4096, 4096), here.key, chosen)
     timed = {r.name: r.live_ms for r in result.rows if r.origin in ("ours", "baseline")}
     assert timed and all(ms is not None and 0 < ms < 1e3 for ms in timed.values()), timed

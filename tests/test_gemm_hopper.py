@@ -6,7 +6,7 @@ import functools
 import pytest
 import torch
 
-from gemm_kernels import hopper, waves
+from gemm_kernels import hopper_epilogue, hopper_host, hopper_options, hopper_trace, hopper_worklist, waves
 from workbook import gpus, sass
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -17,7 +17,7 @@ needs_hopper = pytest.mark.skipif(
 @functools.lru_cache(maxsize=None)
 def compiled(M, N, K, **kw):
     """One compile per configuration per test session (a compile takes seconds on a CPU)."""
-    return hopper.compile_gemm(M, N, K, **kw)
+    return hopper_host.compile_gemm(M, N, K, **kw)
 
 
 def opcodes(art):
@@ -57,8 +57,8 @@ PIPELINED = {
     "stream-k": (4096, dict(CLUSTER, stream_k=True)),
     "stream-k-deferred": (4096, dict(CLUSTER, stream_k=True, defer_epilogue=True)),
     # the consumers stamp a timer around each row: stamped by one lane, not a whole warp, that serialized them
-    "trace": (4096, dict(CLUSTER, variant=(("trace", True),))),
-    "trace-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", variant=(("trace", True),))),
+    "trace": (4096, dict(CLUSTER, trace=True)),
+    "trace-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", trace=True)),
 }
 
 
@@ -117,7 +117,7 @@ def test_cluster_multicasts_b():
 
 
 def test_balanced_plan_compiles_both_tile_widths():
-    plan = hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200)
+    plan = hopper_options.plan_for(8192, 8192, gpu=gpus.H200, schedule="balanced", cluster_m=1)
     assert plan.narrow is not None and plan.last_wave_fill == 1.0
     hist = opcodes(compiled(8192, 8192, 8192, tile=(128, 256, 64), epilogue="register", schedule="balanced",
                             cluster_m=1))
@@ -128,7 +128,7 @@ def test_balanced_plan_compiles_both_tile_widths():
 @pytest.mark.parametrize("schedule", ["uniform", "balanced"])
 def test_mainloop_has_only_tile_wgmmas(schedule):
     """Every HGMMA is a real 64 x tile-width MMA: a compiler-made dummy group would serialise the K loop."""
-    plan = hopper.plan_for(8192, 8192, 256, schedule, gpus.H200)
+    plan = hopper_options.plan_for(8192, 8192, gpu=gpus.H200, schedule=schedule, cluster_m=1)
     widths = {256} | ({plan.narrow} if plan.narrow else set())
     hist = opcodes(compiled(8192, 8192, 8192, tile=(128, 256, 64), epilogue="register", schedule=schedule,
                             cluster_m=1))
@@ -140,11 +140,11 @@ def test_mainloop_has_only_tile_wgmmas(schedule):
 
 def test_default_stage_counts_come_from_the_smem_arithmetic():
     # 128x256x64 bf16 stage = 48 KiB; 227 KiB per CTA: 4 fit with or without the 16 KiB epilogue buffers.
-    assert hopper.stage_count((128, 256, 64), "register") == 4
-    assert hopper.stage_count((128, 256, 64), "staged") == 4
+    assert hopper_options.stage_count((128, 256, 64), "register") == 4
+    assert hopper_options.stage_count((128, 256, 64), "staged") == 4
     # 128x128x64 = 32 KiB: 7 fit with no epilogue buffer, 6 beside it.
-    assert hopper.stage_count((128, 128, 64), "register") == 7
-    assert hopper.stage_count((128, 128, 64), "staged") == 6
+    assert hopper_options.stage_count((128, 128, 64), "register") == 7
+    assert hopper_options.stage_count((128, 128, 64), "staged") == 6
 
 
 def test_quad_transpose_moves_each_lanes_column_to_it(monkeypatch):
@@ -152,11 +152,11 @@ def test_quad_transpose_moves_each_lanes_column_to_it(monkeypatch):
     # array of the 4 lanes' values, a butterfly shuffle reads the partner lane q ^ m.
     import numpy as np
     q = np.arange(4)
-    monkeypatch.setattr(hopper.cute.arch, "shuffle_sync_bfly", lambda x, offset: x[q ^ offset])
-    monkeypatch.setattr(hopper.cutlass, "select_", lambda c, a, b: np.where(c, a, b))
+    monkeypatch.setattr(hopper_epilogue.cute.arch, "shuffle_sync_bfly", lambda x, offset: x[q ^ offset])
+    monkeypatch.setattr(hopper_epilogue.cutlass, "select_", lambda c, a, b: np.where(c, a, b))
     rng = np.random.default_rng()
     W = rng.integers(0, 2**31, size=(4, 4))                # W[lane, t]: lane q starts with row q
-    out = hopper._quad_transpose([W[:, t] for t in range(4)], q)
+    out = hopper_epilogue._quad_transpose([W[:, t] for t in range(4)], q)
     assert np.array_equal(np.stack(out, axis=1), W.T)      # lane q ends with column q
 
 
@@ -164,27 +164,27 @@ def test_narrow_widths_follow_the_planner_rule():
     # the register epilogue stores 8 columns per lane; the staged one whole pairs of 32-column sub-tiles
     for epilogue, step in (("register", 16), ("staged", 64)):
         for wide in (256, 128):
-            for w in hopper.narrow_widths(wide, epilogue):
+            for w in hopper_options.narrow_widths(wide, epilogue):
                 g = w // (wide - w)
                 assert w * (g + 1) == g * wide and w % step == 0
-    assert hopper.narrow_widths(256) == (240, 224, 192, 128)
-    assert hopper.narrow_widths(256, "staged") == (192, 128)
-    assert hopper.narrow_widths(128) == (112, 96, 64)
+    assert hopper_options.narrow_widths(256) == (240, 224, 192, 128)
+    assert hopper_options.narrow_widths(256, "staged") == (192, 128)
+    assert hopper_options.narrow_widths(128) == (112, 96, 64)
 
 
 def test_narrow_ns_limits_the_planners_choice():
-    assert hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200).narrow == 240
-    assert hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200, narrow_ns=(192, 128)).narrow == 192
-    assert hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200, epilogue="staged").narrow == 192
+    assert hopper_options.plan_for(8192, 8192, gpu=gpus.H200, cluster_m=1).narrow == 240
+    assert hopper_options.plan_for(8192, 8192, gpu=gpus.H200, cluster_m=1, narrow_ns=(192, 128)).narrow == 192
+    assert hopper_options.plan_for(8192, 8192, gpu=gpus.H200, cluster_m=1, epilogue="staged").narrow == 192
     # 4096^2 on 66 pairs: 256 tiles, 3.88 waves; only 240-wide tiles can shorten it (4 -> 3.94 rows a pair)
-    assert hopper.plan_for(4096, 4096, 256, "balanced", gpus.H200, cluster_m=2).narrow == 240
-    assert hopper.plan_for(4096, 4096, 256, "balanced", gpus.H200, cluster_m=2, narrow_ns=(192, 128)).narrow is None
+    assert hopper_options.plan_for(4096, 4096, gpu=gpus.H200, cluster_m=2).narrow == 240
+    assert hopper_options.plan_for(4096, 4096, gpu=gpus.H200, cluster_m=2, narrow_ns=(192, 128)).narrow is None
 
 
 def test_work_list_covers_the_output_once():
     M, N = 2048 + 384, 6656
-    for schedule in hopper.SCHEDULES:
-        plan = hopper.plan_for(M, N, 256, schedule, gpus.H200)
+    for schedule in hopper_options.SCHEDULES:
+        plan = hopper_options.plan_for(M, N, gpu=gpus.H200, schedule=schedule, cluster_m=1)
         covered = torch.zeros(-(-M // 128) * 128, N + 256, dtype=torch.int32)
         for m0, n0, w in plan.items:
             assert w in (256, plan.narrow)
@@ -193,10 +193,10 @@ def test_work_list_covers_the_output_once():
 
 
 def test_banded_order_is_a_permutation_that_keeps_the_narrow_tail():
-    plan = hopper.plan_for(8192, 8192, 256, "balanced", gpus.H200, narrow_ns=(192,))
+    plan = hopper_options.plan_for(8192, 8192, gpu=gpus.H200, cluster_m=1, narrow_ns=(192,))
     items = list(plan.items)
-    assert hopper.banded(items, 1) == items                     # one row per band: the planner's order
-    order = hopper.banded(items, 8)
+    assert hopper_worklist.banded(items, 1) == items                     # one row per band: the planner's order
+    order = hopper_worklist.banded(items, 8)
     assert sorted(order) == sorted(items) and order != items
     n_wide = sum(t.width == 256 for t in items)
     assert sorted(order[n_wide:]) == sorted(items[n_wide:])      # the narrow tail is still last ...
@@ -206,7 +206,7 @@ def test_banded_order_is_a_permutation_that_keeps_the_narrow_tail():
     first_wave = order[:plan.slots]
     assert len({t.m0 for t in first_wave}) == 8                  # one band of 8 tile rows
     with pytest.raises(ValueError):
-        hopper.banded(items, 0)
+        hopper_worklist.banded(items, 0)
 
 
 @pytest.mark.parametrize("M,N,K,kw,match", [
@@ -225,17 +225,57 @@ def test_banded_order_is_a_permutation_that_keeps_the_narrow_tail():
 ])
 def test_compile_gemm_rejects_bad_requests(M, N, K, kw, match):
     with pytest.raises(ValueError, match=match):
-        hopper.compile_gemm(M, N, K, **kw)
+        hopper_host.compile_gemm(M, N, K, **kw)
 
 
 def test_gemm_rejects_cpu_and_wrong_dtype():
     a = torch.zeros(64, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="CUDA"):
-        hopper.gemm(a, a)
+        hopper_host.gemm(a, a)
     with pytest.raises(ValueError, match="bfloat16"):
-        hopper.gemm(a.float(), a.float())
+        hopper_host.gemm(a.float(), a.float())
     with pytest.raises(ValueError, match="torch.Tensor"):
-        hopper.gemm([[1.0]], a)
+        hopper_host.gemm([[1.0]], a)
+
+
+# ------------------------------------------------------------------------------------------- CPU: options
+
+def test_plan_for_plans_what_the_kernel_runs():
+    """The default run pairs CTAs, so the default plan's slot is a pair: 66 slots of 256-row items on an
+    H200, not 132 single CTAs."""
+    plan = hopper_options.plan_for(4096, 4096, gpu=gpus.H200)
+    cfg, same = hopper_options.config_for(4096, 4096, gpu=gpus.H200)
+    assert hopper_options.Options().cluster_m == cfg.cluster_m == 2
+    assert plan.slots == gpus.H200.cluster_pairs == 66 and plan.tile_m == 2 * hopper_options.TILE_M
+    assert same == plan and cfg.narrow_n == plan.narrow
+    single = hopper_options.plan_for(4096, 4096, gpu=gpus.H200, cluster_m=1)
+    assert single.slots == gpus.H200.sm_count and single.tile_m == hopper_options.TILE_M
+
+
+def test_options_are_checked_once_and_normalised():
+    o = hopper_options.Options(tile=[128, 256, 64], narrow_ns=[128, 240, 128])
+    assert o.tile == (128, 256, 64) and o.narrow_ns == (240, 128)
+    assert hash(o) == hash(hopper_options.Options(narrow_ns=(128, 240)))      # a cache key
+    assert hopper_options.Options().deferred and not hopper_options.Options(epilogue="staged").deferred
+    assert hopper_options.Options().ring_stages == 4 and hopper_options.Options(tile=(128, 128, 64)).ring_stages == 7
+    assert hopper_options.Options().narrow_choices == (240, 224, 192, 128)
+    assert hopper_options.Options.of(None, cluster_m=1) == hopper_options.Options(cluster_m=1)
+    with pytest.raises(ValueError, match="options must be"):
+        hopper_options.Options.of({"cluster_m": 1})
+    for bad, match in [(dict(stages=1), "stages must be >= 2"), (dict(band_rows=0), "band_rows"),
+                       (dict(epilogue="staged", defer_epilogue=True), "register epilogue")]:
+        with pytest.raises(ValueError, match=match):
+            hopper_options.Options(**bad)
+
+
+def test_keyword_options_are_remembered():
+    a = hopper_options.Options.of(None, schedule="uniform", cluster_m=1)
+    assert a is hopper_options.Options.of(None, schedule="uniform", cluster_m=1)
+    assert a == hopper_options.Options.of(None, cluster_m=1, schedule="uniform") == hopper_options.Options(
+        schedule="uniform", cluster_m=1)
+    assert hash(a) == hash(hopper_options.Options(schedule="uniform", cluster_m=1))   # computed once, the same
+    assert hopper_options.Options.of(a) is a and hopper_options.Options.of() is hopper_options.DEFAULT
+    assert hopper_options.Options.of(None, narrow_ns=[192]) == hopper_options.Options(narrow_ns=(192,))   # unhashable
 
 
 # ------------------------------------------------------------------------------------------- GPU: numbers
@@ -280,7 +320,7 @@ def test_random_inputs_match_fp32_reference(config, M, N, K):
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)   # every element must be written
-    c = hopper.gemm(a, b, out=out, **GPU_CONFIGS[config])
+    c = hopper_host.gemm(a, b, out=out, **GPU_CONFIGS[config])
     assert c is out
     ref = fp32_reference(a, b)
     assert torch.isfinite(c).all(), "unwritten (NaN) output elements"
@@ -298,7 +338,7 @@ def test_small_integers_are_exact(config, M, N, K):
     # is the final one to bf16, which the reference does the same way.
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
-    c = hopper.gemm(a, b, **GPU_CONFIGS[config])
+    c = hopper_host.gemm(a, b, **GPU_CONFIGS[config])
     assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
 
 
@@ -313,12 +353,12 @@ def test_every_narrow_width_is_exact(M, N, width, cluster_m):
     wide B slot (not whole 64-column swizzle blocks for 240 and 224) and the stores stop at the item's edge,
     so a narrow item must neither miss its own columns nor write over its right neighbour's."""
     K = 264
-    plan = hopper.plan_for(M, N, 256, "balanced", cluster_m=cluster_m, narrow_ns=(width,))
+    plan = hopper_options.plan_for(M, N, cluster_m=cluster_m, narrow_ns=(width,))
     assert plan.narrow == width, plan.describe()
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
     out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
-    hopper.gemm(a, b, out=out, cluster_m=cluster_m, narrow_ns=(width,))
+    hopper_host.gemm(a, b, out=out, cluster_m=cluster_m, narrow_ns=(width,))
     assert torch.equal(out, fp32_reference(a, b).to(torch.bfloat16))
 
 
@@ -326,7 +366,7 @@ def test_every_narrow_width_is_exact(M, N, width, cluster_m):
 @needs_cuda
 @needs_hopper
 def test_balanced_schedule_really_has_narrow_items():
-    plan = hopper.plan_for(2048, 5120, 256, "balanced")
+    plan = hopper_options.plan_for(2048, 5120)       # the default: balanced, CTA pairs
     assert plan.narrow is not None, plan.describe()
     assert isinstance(plan, waves.Plan)
 
@@ -337,15 +377,15 @@ def test_balanced_schedule_really_has_narrow_items():
 def test_gpu_input_errors():
     a = torch.zeros(64, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="bfloat16"):
-        hopper.gemm(a.half(), a.half())
+        hopper_host.gemm(a.half(), a.half())
     with pytest.raises(ValueError, match="multiples of 8"):
-        hopper.gemm(a[:, :60].contiguous(), a[:60].contiguous())
+        hopper_host.gemm(a[:, :60].contiguous(), a[:60].contiguous())
     with pytest.raises(ValueError, match="inner dimensions"):
-        hopper.gemm(a, a[:32].contiguous())
+        hopper_host.gemm(a, a[:32].contiguous())
     with pytest.raises(ValueError, match="inner dimensions"):     # the traced build checks its operands alike
-        hopper.timeline(a, a[:32].contiguous())
+        hopper_host.timeline(a, a[:32].contiguous())
     with pytest.raises(ValueError, match="contiguous"):
-        hopper.gemm(a.t(), a)
+        hopper_host.gemm(a.t(), a)
 
 
 @pytest.mark.gpu
@@ -358,8 +398,8 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
     get their own answer, with graphs and without."""
     from workbook import launch
     monkeypatch.setattr(launch, "GRAPHS", graphs)
-    hopper._launches.cache_clear()
-    hopper._prepare.cache_clear()
+    hopper_host._launches.cache_clear()
+    hopper_host._prepare.cache_clear()
     M, N, K = 1000, 1032, 520
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
@@ -367,19 +407,19 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
     for i in range(4):
         out = outs[i % 2].fill_(float("nan"))
         a[i] = i + 1                                 # in place: same address, new data
-        hopper.gemm(a, b, out=out)
+        hopper_host.gemm(a, b, out=out)
         torch.cuda.synchronize()
         assert torch.equal(out, fp32_reference(a, b).to(torch.bfloat16)), f"call {i}"
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
-        got = hopper.gemm(a, b)
+        got = hopper_host.gemm(a, b)
     side.synchronize()
     assert torch.equal(got, fp32_reference(a, b).to(torch.bfloat16)), "side stream"
-    entries = list(hopper._call_for(M, N, K, a.get_device()).launches._entries.values())
+    entries = list(hopper_host._call_for(M, N, K, a.get_device()).launches._entries.values())
     # each output was used twice on the current stream (a graph by then, with graphs on); the side stream once
     assert [e.graph is not None for e in entries] == [graphs, graphs, False]
-    hopper._launches.cache_clear()
-    hopper._prepare.cache_clear()
+    hopper_host._launches.cache_clear()
+    hopper_host._prepare.cache_clear()
 
 
 @pytest.mark.gpu
@@ -394,22 +434,22 @@ def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
     want = fp32_reference(a, b).to(torch.bfloat16)
     for i in range(3):
-        c = hopper.gemm(a, b, **kw)
+        c = hopper_host.gemm(a, b, **kw)
         torch.cuda.synchronize()
         assert torch.equal(c, want), f"call {i}"
-    call = hopper._call_for(M, N, K, a.get_device(), **kw)
+    call = hopper_host._call_for(M, N, K, a.get_device(), **kw)
     assert call.scratches and all(not c.any() for c, *_ in call.scratches.values())
     assert (call.partial_slots > 0) == (bool(kw) and K > 64)   # one item of one K-block: nothing to split
 
 
 def test_band_keeps_its_rows_of_a_within_the_l2_budget():
     # the three measured squares (ncu, data/measured/h200/probes/ncu_dyn_*.txt): 16, 16, 8
-    assert [hopper.band_rows_for(K) for K in (4096, 8192, 16384)] == [16, 16, 8]
+    assert [hopper_worklist.band_rows_for(K) for K in (4096, 8192, 16384)] == [16, 16, 8]
     for K in (64, 1000, 4096, 8192, 16384, 65536, 1 << 20):
-        rows = hopper.band_rows_for(K)
+        rows = hopper_worklist.band_rows_for(K)
         assert rows in (1, 2, 4, 8, 16)
-        assert rows == 1 or rows * hopper.TILE_M * K * 2 <= hopper.BAND_A_BYTES
-        assert rows == 16 or 2 * rows * hopper.TILE_M * K * 2 > hopper.BAND_A_BYTES   # the most that fit
+        assert rows == 1 or rows * hopper_options.TILE_M * K * 2 <= hopper_worklist.BAND_A_BYTES
+        assert rows == 16 or 2 * rows * hopper_options.TILE_M * K * 2 > hopper_worklist.BAND_A_BYTES   # the most that fit
 
 
 def test_deferred_epilogue_spreads_its_stores_over_the_next_items_first_k_blocks():
@@ -436,28 +476,28 @@ def test_deferred_epilogue_spreads_its_stores_over_the_next_items_first_k_blocks
 
 def _segments(rows):
     for r, row in enumerate(rows):
-        for s in range(len(row) // hopper.SEGMENT_COLS):
-            seg = row[s * hopper.SEGMENT_COLS:(s + 1) * hopper.SEGMENT_COLS]
+        for s in range(len(row) // hopper_worklist.SEGMENT_COLS):
+            seg = row[s * hopper_worklist.SEGMENT_COLS:(s + 1) * hopper_worklist.SEGMENT_COLS]
             if seg[4] > 0:
                 yield r, s, seg
 
 
 @pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 1032, 520), (2560, 7168, 256), (2048, 5120, 1024)])
 def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N, K):
-    plan = hopper.plan_for(M, N, 256, "uniform", gpu=gpus.H200, cluster_m=2)
-    k_blocks = -(-K // hopper.TILE_K)
-    plain, none = hopper.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=False)
-    rows, slots = hopper.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=True)
-    assert none == 0 and all(r[5] == hopper.WHOLE and (r[3], r[4]) == (0, k_blocks) for r in plain)
+    plan = hopper_options.plan_for(M, N, gpu=gpus.H200, schedule="uniform", cluster_m=2)
+    k_blocks = -(-K // hopper_options.TILE_K)
+    plain, none = hopper_worklist.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=False)
+    rows, slots = hopper_worklist.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=True)
+    assert none == 0 and all(r[5] == hopper_worklist.WHOLE and (r[3], r[4]) == (0, k_blocks) for r in plain)
     tail = len(plain) % plan.slots                      # the last wave's items become one unit row per slot
     assert len(rows) == len(plain) - tail + (plan.slots if tail else 0)
     covered, contributors, finishes = {}, {}, {}
     for r, s, (m0, n0, width, k0, count, role, flag, arg) in _segments(rows):
         covered.setdefault((m0, n0, width), []).extend(range(k0, k0 + count))
-        if role == hopper.CONTRIBUTE:
+        if role == hopper_worklist.CONTRIBUTE:
             assert s == 0 and k0 > 0, "a contributor starts its row: it never waits behind a FINISH"
             contributors.setdefault(flag, []).append((r, arg))
-        elif role == hopper.FINISH:
+        elif role == hopper_worklist.FINISH:
             assert k0 == 0 and count < k_blocks
             assert not any(q[4] for q in [rows[r][(s + 1) * 8:(s + 2) * 8]] if q), "a FINISH ends its row"
             finishes[flag] = (r, arg)
@@ -477,16 +517,16 @@ def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N
 
 def test_stream_k_refuses_a_plan_with_narrow_items():
     with pytest.raises(ValueError, match="stream_k"):
-        hopper.compile_gemm(8192, 8192, 8192, stream_k=True)   # balanced: narrow items fill the last wave
+        hopper_host.compile_gemm(8192, 8192, 8192, stream_k=True)   # balanced: narrow items fill the last wave
 
 
 def test_the_register_epilogue_is_deferred_by_default_and_stream_k_is_an_option():
-    cfg = hopper.config_for(4096, 4096)[0]
+    cfg = hopper_options.config_for(4096, 4096)[0]
     assert cfg.defer_epilogue and not cfg.stream_k
-    assert not hopper.config_for(4096, 4096, defer_epilogue=False)[0].defer_epilogue
-    assert not hopper.config_for(4096, 4096, epilogue="staged")[0].defer_epilogue
+    assert not hopper_options.config_for(4096, 4096, defer_epilogue=False)[0].defer_epilogue
+    assert not hopper_options.config_for(4096, 4096, epilogue="staged")[0].defer_epilogue
     with pytest.raises(ValueError, match="register epilogue"):
-        hopper.config_for(4096, 4096, epilogue="staged", defer_epilogue=True)
+        hopper_options.config_for(4096, 4096, epilogue="staged", defer_epilogue=True)
 
 
 def test_stream_k_build_hands_partial_sums_over_in_16_byte_pieces():
@@ -511,15 +551,14 @@ def test_stream_k_finishes_with_many_contributors_behind_long_rows():
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
     want = fp32_reference(a, b).to(torch.bfloat16)
     for i in range(3):
-        c = hopper.gemm(a, b, schedule="uniform", stream_k=True)
+        c = hopper_host.gemm(a, b, schedule="uniform", stream_k=True)
         torch.cuda.synchronize()
         assert torch.equal(c, want), f"call {i}"
 
 
 def test_stream_k_needs_persistent_ctas():
     with pytest.raises(ValueError, match="persistent"):
-        hopper._prepare.__wrapped__(4096, 4096, 4096, None, None, "register", "uniform", 2, 16, 0, False, True,
-                                    None, True)
+        hopper_options.Options(schedule="uniform", persistent=False, stream_k=True)
 
 
 # ------------------------------------------------------------------------------- the timeline (trace build)
@@ -528,12 +567,12 @@ def synthetic_trace(segments_per_cta, t0=1_000_000):
     """A trace buffer as the kernel writes it: entry, exit, then (row, start, data, mma_done, stored) per
     segment, -1 where nothing was written."""
     import numpy as np
-    trace = np.full((len(segments_per_cta), hopper.TRACE_COLS), -1, dtype=np.int64)
+    trace = np.full((len(segments_per_cta), hopper_trace.TRACE_COLS), -1, dtype=np.int64)
     for cta, rows in enumerate(segments_per_cta):
         t = t0 + 100 * cta
         trace[cta, 0] = t
         for seq, row in enumerate(rows):
-            at = 2 + seq * len(hopper.TRACE_FIELDS)
+            at = 2 + seq * len(hopper_trace.TRACE_FIELDS)
             trace[cta, at:at + 5] = (row, t + 1000, t + 2000, t + 5000, t + 6000)
             t += 6000
         trace[cta, 1] = t + 500
@@ -541,23 +580,34 @@ def synthetic_trace(segments_per_cta, t0=1_000_000):
 
 
 def test_trace_frame_reads_every_recorded_segment_in_microseconds():
-    df = hopper.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_m=1)
+    df = hopper_trace.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_m=1)
     assert list(df.row) == [0, 2, 1, 3, 4, 5] and list(df.seq) == [0, 1, 0, 0, 1, 2]
     assert list(df.columns) == ["cta", "cluster", "seq", "row", "entry", "start", "data", "mma_done", "stored",
                                 "exit"]
     first = df.iloc[0]
     assert (first.entry, first.start, first.data, first.mma_done, first.stored) == (0.0, 1.0, 2.0, 5.0, 6.0)
     assert df.iloc[2].entry == 0.1 and df.iloc[-1].exit == 0.2 + 18.5
-    assert list(hopper.trace_frame(synthetic_trace([[0], [0]]), cluster_m=2).cluster) == [0, 0]
+    assert list(hopper_trace.trace_frame(synthetic_trace([[0], [0]]), cluster_m=2).cluster) == [0, 0]
+
+
+def test_trace_summary_says_where_a_launch_spent_its_time():
+    df = hopper_trace.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_m=1)
+    df["width"] = 256
+    got = hopper_trace.summary(df)
+    # every segment: start +1, data +2, mma_done +5, stored +6 us after the previous one's end (or the entry)
+    assert got["first_data_us(med)"] == 2.0 and got["kloop_us(med)"] == 3.0 and got["epilogue_us(med)"] == 1.0
+    assert got["row_wait_us(med)"] == 1.0 and got["gap_us(med)"] == 1.0 and got["kloop_us(med) w256"] == 3.0
+    assert got["makespan_us"] == df.exit.max() and 0 < got["busy_frac"] <= 1
+    assert got["entry_spread_us"] == 0.2
 
 
 def test_trace_frame_refuses_a_launch_that_did_not_finish():
     trace = synthetic_trace([[0], [1]])
     trace[1, 1] = -1
     with pytest.raises(ValueError, match="exit"):
-        hopper.trace_frame(trace, cluster_m=1)
+        hopper_trace.trace_frame(trace, cluster_m=1)
     with pytest.raises(ValueError, match="TRACE_COLS|int64"):
-        hopper.trace_frame(trace[:, :10], cluster_m=1)
+        hopper_trace.trace_frame(trace[:, :10], cluster_m=1)
 
 
 @pytest.mark.gpu
@@ -568,9 +618,9 @@ def test_trace_frame_refuses_a_launch_that_did_not_finish():
 def test_timeline_records_every_row_on_every_cta_of_its_cluster_in_order(M, N, K, kw):
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
-    c, df = hopper.timeline(a, b, **kw)
+    c, df = hopper_host.timeline(a, b, **kw)
     assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
-    call = hopper._call_for(M, N, K, a.get_device(), variant={"trace": True}, **kw)
+    call = hopper_host._call_for(M, N, K, a.get_device(), trace=True, **kw)
     cluster_m, segments = call.cfg.cluster_m, call.cfg.segments
     present = (call.work.view(call.work.shape[0], segments, -1)[:, :, 4] > 0).sum().item()
     assert len(df) == present * cluster_m                      # each present segment once per CTA of a cluster
@@ -579,7 +629,6 @@ def test_timeline_records_every_row_on_every_cta_of_its_cluster_in_order(M, N, K
     assert (order[:, 1:] >= order[:, :-1]).all(), "stamps out of order"
     assert (df.groupby("cta").start.diff().dropna() > 0).all()
     assert (df.width.to_numpy() == call.work[:, 2].cpu().numpy()[df.row.to_numpy()]).all()
-
 
 
 @pytest.mark.parametrize("module", ["hopper", "blackwell"])
@@ -593,4 +642,4 @@ def test_sizes_past_32_bits_are_refused_by_name(module, M, N, K, match):
     """Row and column indices are 32-bit in both GEMMs: a size they cannot take is a ValueError, not a wrap."""
     import importlib
     with pytest.raises(ValueError, match=match):
-        importlib.import_module(f"gemm_kernels.{module}").check_shape(M, N, K)
+        importlib.import_module(f"gemm_kernels.{module}_options").check_shape(M, N, K)

@@ -185,9 +185,9 @@ def test_16x256b_fragment_is_the_wgmma_accumulator_layout():
 
 
 def test_blackwell_evidence_reads_the_production_builds():
-    from gemm_kernels import blackwell
-    reg = evidence.blackwell_epilogue(blackwell.compile_gemm(4096, 4096, 4096, epilogue="register"))
-    staged = evidence.blackwell_epilogue(blackwell.compile_gemm(4096, 4096, 4096, epilogue="staged"))
+    from gemm_kernels import blackwell_host
+    reg = evidence.blackwell_epilogue(blackwell_host.compile_gemm(4096, 4096, 4096, epilogue="register"))
+    staged = evidence.blackwell_epilogue(blackwell_host.compile_gemm(4096, 4096, 4096, epilogue="staged"))
     for e in (reg, staged):
         assert e["tcgen05.ld (PTX)"] and e["LDTM (SASS)"].startswith("LDTM"), e
     assert reg["STG.E.128 (SASS)"] > 0 and reg["st.global.v4 (PTX)"] == reg["STG.E.128 (SASS)"], reg

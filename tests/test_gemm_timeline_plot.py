@@ -11,7 +11,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
 
-from gemm_kernels import hopper, timeline_plot  # noqa: E402
+from gemm_kernels import hopper_trace, timeline_plot  # noqa: E402
 from test_plots import assert_not_blank, caption  # noqa: E402
 
 
@@ -74,17 +74,17 @@ def test_cta_timeline_window_and_rejects(rng):
 def test_the_frame_is_the_trace_frame_format(rng):
     """The synthetic frame has trace_frame's columns, so the plot is tested on what the kernel writes."""
     ctas, segments = 3, 2
-    trace = [[0] * hopper.TRACE_COLS for _ in range(ctas)]
+    trace = [[0] * hopper_trace.TRACE_COLS for _ in range(ctas)]
     for cta in range(ctas):
         trace[cta][0], trace[cta][1] = 1000 * cta, 10_000_000
-        for seq in range(hopper.TRACE_SEGMENTS):
-            base = 2 + seq * len(hopper.TRACE_FIELDS)
+        for seq in range(hopper_trace.TRACE_SEGMENTS):
+            base = 2 + seq * len(hopper_trace.TRACE_FIELDS)
             if seq >= segments:
                 trace[cta][base] = -1
                 continue
             t = 1000 * cta + 1_000_000 * seq
-            trace[cta][base:base + len(hopper.TRACE_FIELDS)] = [seq, t + 10, t + 20, t + 900_000, t + 950_000]
-    frame = hopper.trace_frame(trace, cluster_m=1)
+            trace[cta][base:base + len(hopper_trace.TRACE_FIELDS)] = [seq, t + 10, t + 20, t + 900_000, t + 950_000]
+    frame = hopper_trace.trace_frame(trace, cluster_m=1)
     assert set(timeline_frame(rng).columns) == set(frame.columns)
     fig = timeline_plot.cta_timeline(frame, source="synthetic trace")
     assert sum(len(b.get_paths()) for b in fig.axes[0].collections) == len(timeline_plot.PHASES) * ctas * segments

@@ -156,3 +156,14 @@ def test_roofline_gemm_is_compute_bound_copy_is_memory_bound():
 def test_roofline_rejects_bad_counts(flops, nbytes):
     with pytest.raises(ValueError):
         gpus.roofline_ms(flops, nbytes, gpus.H200)
+
+
+def test_for_arch_and_shared_memory_in_bytes():
+    assert gpus.for_arch("sm_90a") is gpus.H200 and gpus.for_arch("sm_100a") is gpus.B200
+    with pytest.raises(ValueError, match="sm_120a"):
+        gpus.for_arch("sm_120a")
+    for spec in (gpus.H200, gpus.B200):
+        assert spec.smem_per_sm_bytes == 228 * 1024 and spec.smem_per_block_bytes == 227 * 1024
+        assert spec.smem_reserved_per_block_bytes == 1024
+    assert [gpus.arch_of_capability(*cc) for cc in ((9, 0), (10, 0), (12, 0), (8, 6))] == [
+        "sm_90a", "sm_100a", "sm_120", "sm_86"]

@@ -128,3 +128,38 @@ def test_compile_assign_refuses_sizes_it_cannot_take_before_compiling(sizes, mat
     monkeypatch.setattr(hopper, "compile", lambda *a, **k: pytest.fail("reached the compiler"))
     with pytest.raises(ValueError, match=match):
         kmeans_kernels.compile_assign("serial", arch="sm_90a", **sizes)
+
+
+def test_one_vocabulary_says_what_each_variant_is_made_of():
+    from kmeans_kernels import blackwell, hopper, variants
+    # the same name, two recipes: on Blackwell each step is one change from the serial baseline
+    assert variants.recipe("sm_90a", "norm_broadcast").scan == "ilp2"
+    assert variants.recipe("sm_100a", "norm_broadcast").scan == "serial"
+    assert hopper.VARIANTS == variants.names("sm_90a") and blackwell.VARIANTS == variants.names("sm_100a")
+    for name, spec in hopper.VARIANT_SPECS.items():
+        r = variants.recipe("sm_90a", name)
+        assert (spec.scan, spec.broadcast_norms, spec.block_n, spec.ping_pong) == (
+            r.scan, r.norms == "shuffle", r.tile_n, r.ping_pong)
+    for name, design in blackwell.DESIGNS.items():
+        r = variants.recipe("sm_100a", name)
+        assert (design.reduction, design.norms, design.warp_specialized) == (r.scan, r.norms, r.warp_specialized)
+    table = variants.table()
+    assert len(table) == 8 and set(table.arch) == {"sm_90a", "sm_100a"}
+    with pytest.raises(ValueError, match="'wide' does not exist for sm_100a"):
+        variants.recipe("sm_100a", "wide")
+    with pytest.raises(ValueError, match="sm_120a"):
+        variants.names("sm_120a")
+
+
+@pytest.mark.parametrize("D", [0, 8, 24, 520, 1024, 16.0, True])
+def test_the_d_rule_has_one_home(D):
+    from kmeans_kernels import variants
+    with pytest.raises(ValueError, match=f"D={D!r}"):
+        variants.check_d(D)
+
+
+def test_every_supported_d_passes():
+    from kmeans_kernels import variants
+    for D in range(16, 513, 16):
+        variants.check_d(D)
+    assert (kmeans_kernels.D_MULTIPLE, kmeans_kernels.D_MAX) == (16, 512)

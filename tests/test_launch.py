@@ -277,21 +277,22 @@ def test_is_capturing_follows_the_driver():
 
 
 def test_gemm_compiles_are_keyed_by_device_and_made_there(devices, monkeypatch):
-    """gemm_kernels.hopper: one compiled kernel and launch cache per (Config, device), compiled with that device
-    current; likewise gemm_kernels.blackwell's per-shape builds."""
-    from gemm_kernels import blackwell, hopper
+    """gemm_kernels.hopper_host: one compiled kernel and launch cache per (Config, device), compiled with that
+    device current; likewise gemm_kernels.blackwell_host's per-shape builds."""
+    from gemm_kernels import blackwell_host, blackwell_options, hopper_host, hopper_options
     compiled_on = []
     fake = lambda *a, **k: compiled_on.append(torch.cuda.current_device()) or FakeCompiled()   # noqa: E731
-    monkeypatch.setattr(hopper.cute, "compile", fake)
-    hopper._launches.cache_clear()
-    blackwell._compiled.cache_clear()
+    monkeypatch.setattr(hopper_host.cute, "compile", fake)
+    hopper_host._launches.cache_clear()
+    blackwell_host._compiled.cache_clear()
     try:
-        cfg = hopper.Config()
-        one, zero = hopper._launches(cfg, 1), hopper._launches(cfg, 0)
-        assert one is hopper._launches(cfg, 1) and one is not zero
+        cfg = hopper_options.Config()
+        one, zero = hopper_host._launches(cfg, 1), hopper_host._launches(cfg, 0)
+        assert one is hopper_host._launches(cfg, 1) and one is not zero
         assert (one.device, zero.device) == (1, 0) and compiled_on == [1, 0]
-        blackwell._compiled(256, 256, 64, 1, 7, "register", torch.bfloat16, (256,), 1)
+        options = blackwell_options.Options(stages=7, epilogue="register")
+        blackwell_host._compiled(256, 256, 64, 1, torch.bfloat16, options, (256,), 1)
         assert compiled_on == [1, 0, 1] and devices["current"] == 0
     finally:
-        hopper._launches.cache_clear()
-        blackwell._compiled.cache_clear()
+        hopper_host._launches.cache_clear()
+        blackwell_host._compiled.cache_clear()

@@ -127,8 +127,8 @@ BIG = 65536        # M = N = 65536: M * N = 2^32 elements of c
 
 
 def test_blackwell_gemm_register_epilogue_offsets_are_64_bit():
-    from gemm_kernels import blackwell
-    ptx = blackwell.compile_gemm(BIG, BIG, 64, epilogue="register").ptx
+    from gemm_kernels import blackwell_host
+    ptx = blackwell_host.compile_gemm(BIG, BIG, 64, epilogue="register").ptx
     assert "st.global" in ptx                        # the register epilogue's own stores are what we check
     assert narrow_address_products(ptx, row_length=BIG) == []
     # the row offset is one widening multiply by 128 * N
@@ -137,8 +137,8 @@ def test_blackwell_gemm_register_epilogue_offsets_are_64_bit():
 
 @pytest.mark.parametrize("epilogue", ["register", "staged"])
 def test_hopper_gemm_offsets_are_64_bit(epilogue):
-    from gemm_kernels import hopper
-    ptx = hopper.compile_gemm(BIG, BIG, 64, epilogue=epilogue).ptx
+    from gemm_kernels import hopper_host
+    ptx = hopper_host.compile_gemm(BIG, BIG, 64, epilogue=epilogue).ptx
     assert re.search(r"(ld|st|atom)\.global", ptx)
     assert narrow_address_products(ptx) == []
 

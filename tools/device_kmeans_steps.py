@@ -10,10 +10,9 @@ Parts run in the order given, each under a hard time limit (a hung kernel cannot
 through). Writes $OUT/<part>.txt and brings back data/measured/h200/kmeans_steps.csv and kmeans_steps_ncu.txt.
 Put the commit in the command on a machine without .git: `WORKBOOK_COMMIT=<sha> python3 tools/...`.
 """
-import shutil
 import sys
 
-from devrun import ROOT, keep, out_dir, tee
+from device import MEASURED, keep, out_dir, tee   # tools/device.py: the one home of these helpers
 
 OUT = out_dir("device_kmeans_steps")
 PARTS = {
@@ -30,11 +29,8 @@ def main(argv):
     statuses = {}
     for part in parts:
         cmd, limit = PARTS[part]
-        statuses[part] = tee(cmd + (extra if part == "bench" else []), f"{part}.txt", limit, OUT)
-    keep("kmeans_steps", OUT)
-    ncu = ROOT / "data" / "measured" / "h200" / "kmeans_steps_ncu.txt"
-    if ncu.exists():
-        shutil.copy(ncu, OUT / ncu.name)
+        statuses[part] = tee(cmd + (extra if part == "bench" else []), OUT / f"{part}.txt", limit)
+    keep(OUT, MEASURED / "kmeans_steps.csv", MEASURED / "kmeans_steps_ncu.txt")
     print(f"exit statuses {statuses}; files in {OUT}")
     return max(statuses.values(), default=0)
 

@@ -2,6 +2,7 @@
 
     workbook.gpus.B200, workbook.gpus.H200          specs with the source of every number
     workbook.gpus.get("b200")                       by short name, GPU name or spec
+    workbook.gpus.for_arch("sm_90a")                the spec whose machine code an arch is (H200 for sm_90a)
     workbook.gpus.current()                         the GPU present (live SM count), or None
     workbook.gpus.describe()                        one sentence: what this machine does with the notebooks
     workbook.gpus.roofline_ms(flops, nbytes, "b200")   the fastest any kernel could be, and why
@@ -23,6 +24,7 @@ import torch
 
 # The kernel families of the workbook, by the arch they are compiled for.
 FAMILIES = {"sm_90a": "Hopper", "sm_100a": "Blackwell"}
+KIB = 1024
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,20 @@ class GpuSpec:
     def __post_init__(self):
         # a read-only view, so that the module-level specs cannot be edited by accident
         object.__setattr__(self, "measured", MappingProxyType(dict(self.measured)))
+
+    @property
+    def smem_per_sm_bytes(self) -> int:
+        return self.smem_per_sm_kib * KIB
+
+    @property
+    def smem_per_block_bytes(self) -> int:
+        """The most shared memory one CTA may opt in to."""
+        return self.smem_per_block_kib * KIB
+
+    @property
+    def smem_reserved_per_block_bytes(self) -> int:
+        """What CUDA keeps of an SM's shared memory for each resident CTA (1 KiB on sm_90 and sm_100)."""
+        return (self.smem_per_sm_kib - self.smem_per_block_kib) * KIB
 
     @property
     def family(self) -> str:
@@ -128,26 +144,24 @@ def get(gpu: str | GpuSpec) -> GpuSpec:
     raise ValueError(f"unknown GPU {gpu!r}; known: {sorted(_KNOWN)} (or pass a GpuSpec)")
 
 
-def _arch_of(major: int, minor: int) -> str:
-    # the "a" suffix (arch-specific features: wgmma, tcgen05) is what our kernels are built for
+def for_arch(arch: str) -> GpuSpec:
+    """The spec of the GPU whose machine code `arch` is: H200 for "sm_90a", B200 for "sm_100a"."""
+    for spec in _KNOWN.values():
+        if spec.arch == arch:
+            return spec
+    raise ValueError(f"no GPU spec for arch {arch!r}; known: {sorted(s.arch for s in _KNOWN.values())}")
+
+
+def arch_of_capability(major: int, minor: int) -> str:
+    """The arch a compute capability runs: "sm_90a" for 9.0, "sm_100a" for 10.0 (the "a" suffix, arch-specific
+    features such as wgmma and tcgen05, is what the kernels are built for), "sm_<major><minor>" otherwise."""
     return {(9, 0): "sm_90a", (10, 0): "sm_100a"}.get((major, minor), f"sm_{major}{minor}")
-
-
-def kernel_arch(device, *, instead: str) -> str:
-    """The arch our kernels are built for on this CUDA device ("sm_90a" or "sm_100a"); a ValueError that
-    names the device and says what to use `instead` on any other (sm_120 consumer Blackwell included)."""
-    major, minor = torch.cuda.get_device_capability(device)
-    arch = _arch_of(major, minor)
-    if arch not in FAMILIES:
-        raise ValueError(f"{torch.cuda.get_device_name(device)} is {arch}: the kernels are built for sm_90a "
-                         f"(H100/H200) and sm_100a (B200/GB200) only; use {instead}")
-    return arch
 
 
 def spec_from_properties(props) -> GpuSpec:
     """The spec of a live device from its `torch.cuda.get_device_properties`: a known model with the live
     SM count, or a generic spec whose paper peaks are whatever the properties can tell."""
-    arch = _arch_of(props.major, props.minor)
+    arch = arch_of_capability(props.major, props.minor)
     sm_count = int(props.multi_processor_count)
     for key, spec in _KNOWN.items():
         if spec.arch == arch and key in props.name.lower():

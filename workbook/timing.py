@@ -132,7 +132,7 @@ def back_to_back(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], ca
                  ) -> tuple[float, float]:
     """(GPU ms per call, host ms per call) of `calls` calls launched back to back, with no synchronisation between
     them, after `warmup` calls: the kernel's own time, without the host time the seeds' method counts (`bench`).
-    Input sets rotate as in `bench`. CUDA only; the probes in tools/probes/ compare the two methods with it."""
+    Input sets rotate as in `bench`. CUDA only; `compare` times both methods, round by round."""
     _check_count("calls", calls, 1)
     _check_count("warmup", warmup, 0)
     n = len(input_sets)

@@ -37,7 +37,7 @@ def cute_dtype(dtype: torch.dtype):
 def check_arch(arch: str) -> None:
     if arch != ARCH:
         raise ValueError(f"the GEMM steps are Hopper kernels ({ARCH}); got arch={arch!r}. The Blackwell side of "
-                         f"the story is gemm_kernels.blackwell (compile_gemm(..., epilogue=...)).")
+                         f"the story is gemm_kernels.blackwell_host (compile_gemm(..., epilogue=...)).")
 
 
 def check_shape(M: int, N: int, K: int) -> None:

@@ -57,7 +57,7 @@ def variant_gains(before: str, after: str, table: str = "gemm") -> pd.DataFrame:
 
 
 def timeline_phases(path: Path = TIMELINE) -> pd.DataFrame:
-    """The production kernel's own timeline (hopper.timeline, three launches per build): per shape and build,
+    """The production kernel's own timeline (hopper_host.timeline, three launches per build): per shape and build,
     the medians of the launch's makespan and, per work row, the K loop, the epilogue, the wait for the row's
     first K-block and the gap between rows, in microseconds. Builds: "plain" = register epilogue, "staged" =
     the TMA-store epilogue, "default" = the register epilogue deferred behind the next row's first K-blocks."""
@@ -120,8 +120,9 @@ def schedule_gains(config: str = "128x256x64 s4 register", widths=((240, 224, 19
 # ------------------------------------------------------------------------------- notebook 13, the appendix
 
 def clock_runs() -> pd.DataFrame:
-    """tools/probes/probe_clocks.py (each kernel back to back for 3 s while nvidia-smi sampled): per kernel
-    build and shape, ours against torch.matmul in %: SM clock, work per clock (TFLOP/s per GHz), TFLOP/s."""
+    """The retired probe_clocks.py (data/measured/h200/probes/README.md: each kernel back to back for 3 s while
+    nvidia-smi sampled): per kernel build and shape, ours against torch.matmul in %: SM clock, work per clock
+    (TFLOP/s per GHz), TFLOP/s."""
     builds = {"static walk (a1f3516)": "gemm_clocks.txt", "dynamic schedule (7062732)": "gemm_clocks_after.txt"}
     rows = []
     for build, name in builds.items():
@@ -237,7 +238,7 @@ def sweep_grid() -> tuple[pd.DataFrame, pd.DataFrame]:
 
 
 def traced_launch(shape: str = "4096x4096x4096", build: str = "plain", launch: int = 0):
-    """One launch of probes/gemm_timeline_78d89e8: every row each CTA ran (hopper.trace_frame's columns)."""
+    """One launch of probes/gemm_timeline_78d89e8: every row each CTA ran (hopper_trace.trace_frame's columns)."""
     path = PROBES / "gemm_timeline_78d89e8" / f"gemm_timeline_{shape}_{build}.csv"
     runs = pd.read_csv(path)
     return runs[runs.launch == launch], relative(path)

@@ -11,36 +11,31 @@ import cutlass
 import cutlass.cute as cute
 import torch
 
-from kmeans_kernels import reference
+from kmeans_kernels import reference, variants
+from kmeans_kernels.variants import D_MAX
 from workbook import launch, sass
 
 DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
-D_MULTIPLE = 16          # the WGMMA K of 16-bit operands
-D_MAX = 512              # the point tile x[128, 512] is 128 KiB of shared memory
-MAX_ROWS = 2**31 - 256   # N and K are int32 in the kernel, and row/centroid indices must not overflow
 
 
 def check_shape(D: int, dtype: torch.dtype = torch.bfloat16, d_max: int = D_MAX) -> None:
-    """Raise ValueError unless the kernels support (D, dtype)."""
+    """Raise ValueError unless the kernels support (D, dtype): the D rule of every kernel
+    (`kmeans_kernels.variants.check_d`), and at most `d_max` where a step takes less."""
     if dtype not in DTYPES:
         raise ValueError(f"the step kernels take bf16 or fp16 inputs; got {dtype}")
-    if isinstance(D, bool) or not isinstance(D, int) or D < D_MULTIPLE or D % D_MULTIPLE or D > d_max:
-        raise ValueError(f"D={D} is unsupported: D must be a multiple of {D_MULTIPLE} from {D_MULTIPLE} to {d_max}")
+    variants.check_d(D)
+    if D > d_max:
+        raise ValueError(f"D={D} is unsupported by this step: it takes D up to {d_max}")
 
 
 def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, out: torch.Tensor | None,
                  d_max: int = D_MAX) -> tuple[torch.Tensor, torch.Tensor]:
     """Validate a call (each failure named); returns (c_sq, out), computed or allocated when not given."""
     import kmeans_kernels
-    kmeans_kernels.check_inputs(x, c, c_sq, out)        # dtypes, shapes, devices, contiguity, out
+    kmeans_kernels.check_inputs(x, c, c_sq, out)   # dtypes, shapes, sizes (32-bit rows), devices, alignment
     if kmeans_kernels.arch_of(x.device) != "sm_90a":
         raise ValueError(f"the step kernels are Hopper kernels (sm_90a); {x.device} is not an H100/H200")
     check_shape(x.shape[1], x.dtype, d_max)
-    for name, t in (("x", x), ("c", c)):
-        if t.shape[0] > MAX_ROWS:
-            raise ValueError(f"{name} has {t.shape[0]} rows; the kernels index rows with int32 (at most {MAX_ROWS})")
-        if t.data_ptr() % 16:
-            raise ValueError(f"{name} must start on a 16-byte boundary for TMA; its address is {t.data_ptr():#x}")
     if c_sq is None:
         c_sq = reference.centroid_norms(c)
     if out is None:

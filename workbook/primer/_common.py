@@ -74,7 +74,7 @@ def require(t, name: str, *, dtypes, ndim: int, align: int = 16) -> None:
 
 def device_arch(device: torch.device, allowed: tuple[str, ...] = ("sm_90a", "sm_100a")) -> str:
     """The arch to compile for on `device`; a clear error where a lesson's kernel cannot run."""
-    arch = gpus.kernel_arch(device, instead="a GPU of an arch this lesson is built for")
+    arch = gpus.arch_of_capability(*torch.cuda.get_device_capability(device))
     if arch not in allowed:
         raise RuntimeError(f"this kernel runs on {' or '.join(allowed)}; {torch.cuda.get_device_name(device)} "
                            f"is {arch}")

@@ -1,0 +1,81 @@
+"""The named GEMM configurations of both architectures: the one place a name like "128x256x64 s4 staged uniform"
+is given its options. The benchmark records these names in data/measured/<gpu>/gemm.csv; the notebooks and
+the explorer look them up here.
+
+    configs.for_arch("sm_90a")            # {name: hopper_options.Options}, in the order of the tutorial's steps
+    configs.HOPPER[configs.HOPPER_DEFAULT]   # the configuration `gemm_kernels.gemm(a, b)` runs
+    configs.table()                       # one row per name: its arch and every option, as a DataFrame
+
+Hopper (H200, measured): each step of the story alone. The 4-stage ring with the staged epilogue; the
+register epilogue at the same depth; the 7-stage ring that fits once the epilogue buffer is gone (only with
+a 128-wide tile: a 128x256x64 stage is 48 KiB, so 4 is the most that fit either way); the balanced schedule.
+All but the first walk the work list in bands of tile rows for L2 reuse (`hopper_worklist.banded`); the
+first keeps the planner's row-major order, to measure that step. The "cluster2" ones pair CTAs along M to
+share each B tile by TMA multicast; the last two defer the epilogue (and add stream-K). Every register
+configuration says whether it defers, since the default does.
+
+Blackwell (B200, compile-checked here, never measured by us): seed 004's builds, 4-stage staged, 7-stage
+register, and 7-stage register with the balanced schedule.
+"""
+from __future__ import annotations
+
+from gemm_kernels import blackwell_options, hopper_options
+
+_H = hopper_options.Options
+_REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register")
+
+HOPPER = {
+    "128x256x64 s4 register uniform rowmajor": _H(**_REGISTER, schedule="uniform", band_rows=1, cluster_m=1,
+                                                  defer_epilogue=False),
+    "128x256x64 s4 staged uniform": _H(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform",
+                                       cluster_m=1),
+    "128x256x64 s4 register uniform": _H(**_REGISTER, schedule="uniform", cluster_m=1, defer_epilogue=False),
+    "128x128x64 s6 staged uniform": _H(tile=(128, 128, 64), stages=6, epilogue="staged", schedule="uniform",
+                                       cluster_m=1),
+    "128x128x64 s7 register uniform": _H(tile=(128, 128, 64), stages=7, epilogue="register", schedule="uniform",
+                                         cluster_m=1, defer_epilogue=False),
+    "128x256x64 s4 register balanced": _H(**_REGISTER, schedule="balanced", cluster_m=1, defer_epilogue=False),
+    "128x256x64 s4 register uniform cluster2": _H(**_REGISTER, schedule="uniform", cluster_m=2,
+                                                  defer_epilogue=False),
+    "128x256x64 s4 register balanced cluster2": _H(**_REGISTER, schedule="balanced", cluster_m=2,
+                                                   defer_epilogue=False),
+    "128x256x64 s4 deferred register balanced cluster2": _H(**_REGISTER, schedule="balanced", cluster_m=2,
+                                                            defer_epilogue=True),
+    "128x256x64 s4 deferred register uniform cluster2 stream-k": _H(**_REGISTER, schedule="uniform", cluster_m=2,
+                                                                    defer_epilogue=True, stream_k=True),
+}
+HOPPER_DEFAULT = "128x256x64 s4 deferred register balanced cluster2"   # what gemm_kernels.gemm runs by default
+
+# The traced builds whose timelines data/measured/h200/probes/gemm_timeline_*/ holds, by the names of those
+# files (`hopper_host.timeline(a, b, HOPPER_TIMELINES[name])`): the default and one departure each.
+HOPPER_TIMELINES = {
+    "default": _H(),
+    "plain": _H(defer_epilogue=False),
+    "staged": _H(epilogue="staged"),
+    "narrow64": _H(narrow_ns=(192, 128)),     # the narrow widths of 64-column steps only
+}
+
+_B = blackwell_options.Options
+BLACKWELL = {
+    "b200 4-stage, staged epilogue": _B(stages=4, epilogue="staged", schedule="uniform"),
+    "b200 7-stage, register epilogue": _B(stages=7, epilogue="register", schedule="uniform"),
+    "b200 7-stage, register epilogue, balanced tiles": _B(stages=7, epilogue="register", schedule="balanced"),
+}
+
+
+def for_arch(arch: str) -> dict:
+    """The named configurations an arch's benchmark times, in story order."""
+    named = {"sm_90a": HOPPER, "sm_100a": BLACKWELL}
+    if arch not in named:
+        raise ValueError(f"no GEMM configurations for arch {arch!r}; there are some for {sorted(named)}")
+    return named[arch]
+
+
+def table():
+    """Every named configuration as a row: name, arch, and the value of each of its options."""
+    import dataclasses
+
+    import pandas as pd
+    rows = [{"name": name, "arch": arch, **dataclasses.asdict(options)}
+            for arch in ("sm_90a", "sm_100a") for name, options in for_arch(arch).items()]
+    return pd.DataFrame(rows)

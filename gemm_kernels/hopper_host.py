@@ -1,0 +1,190 @@
+"""The Hopper GEMM from the host: check the operands, plan and compile once per shape and options, launch.
+
+    c = gemm(a, b)                                      # a [M, K] @ b [K, N], bf16, on an H100/H200
+    c = gemm(a, b, Options(schedule="uniform"))         # any `hopper_options.Options` ...
+    c = gemm(a, b, cluster_m=1, out=c)                  # ... or its fields by name, over the default
+    art = compile_gemm(4096, 4096, 4096)                # no GPU needed: workbook.sass.Artifacts
+    c, frame = timeline(a, b)                           # the traced build: every CTA's rows (hopper_trace)
+
+A call's shape and options fix everything but the data: the plan (`hopper_options.plan_for`), the work list
+(`hopper_worklist.work_rows`) on the device, the compiled kernel (`hopper.HopperGemm` for its `Config`; one
+compile serves every shape) and its launch cache (`workbook.launch`: marshalled arguments, then a CUDA graph
+replay). `_prepare` works that out once per (shape, device, options), so a repeated call costs a cache
+lookup, the operand checks and a graph launch.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass, field
+
+import cuda.bindings.driver as cuda_driver
+import torch
+
+import cutlass
+import cutlass.cute as cute
+from cutlass.cute.runtime import make_fake_stream
+
+from gemm_kernels.hopper import HopperGemm
+from gemm_kernels.hopper_options import ALIGN, ARCH, TILE_K, TILE_M, Config, Options, check_shape, config_for
+from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
+from gemm_kernels.hopper_worklist import band_rows_for, work_rows
+from workbook import launch
+
+
+@dataclass(frozen=True)
+class _Call:
+    """Everything about a GEMM call that its shape and options fix, worked out once (`_prepare`)."""
+    cfg: Config
+    plan: object          # gemm_kernels.waves.Plan
+    work: torch.Tensor    # the work list on the device, [rows, SEGMENT_COLS * segments] int32 (`work_rows`)
+    launches: launch.LaunchCache
+    sizes: tuple          # (M, N, K, rows, CTAs): the kernel's size arguments
+    partial_slots: int = 0   # stream-K workspace slots (0: no stream-K)
+    scratches: dict = field(default_factory=dict)   # stream -> (counter and flags, partial sums)
+
+    def scratch(self, stream: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """For launches on `stream`: the [next item, clusters done, stream-K flags...] int32 counter, zero
+        between launches (the last cluster resets the first two, each FINISH its flag), the fp32 stream-K
+        workspace (one (cluster_m x 128) x tile_n partial per slot) and, with `cfg.trace`, the int64 timeline
+        [CTAs, TRACE_COLS]. One set per stream: launches on one stream never overlap, launches on two could."""
+        found = self.scratches.get(stream)
+        if found is None:
+            cfg, device = self.cfg, self.work.device
+            slots = self.partial_slots
+            counter = torch.zeros(2 + slots * cfg.cluster_m * 2, dtype=torch.int32, device=device)
+            partials = (torch.empty(slots * cfg.cluster_m * TILE_M * cfg.tile_n, dtype=torch.float32, device=device)
+                        if slots else counter)   # never read without stream-K
+            trace = (torch.zeros(self.sizes[4], TRACE_COLS, dtype=torch.int64, device=device) if cfg.trace
+                     else counter)               # never written without the trace
+            found = self.scratches[stream] = (counter, partials, trace)
+        return found
+
+
+@functools.lru_cache(maxsize=64)
+def _prepare(M: int, N: int, K: int, device: int, options: Options) -> _Call:
+    """Check the shape and the GPU, plan the work list and compile the kernel, once per shape, device and
+    options (planning is Python, milliseconds; the compile is seconds): a call then only reads this back."""
+    check_shape(M, N, K)
+    if torch.cuda.get_device_capability(device) != (9, 0):
+        raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
+    cfg, plan = config_for(M, N, options)
+    band_rows = band_rows_for(K) if options.band_rows is None else options.band_rows
+    rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k)
+    work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
+    slots = min(len(rows), plan.slots) if options.persistent else len(rows)
+    sizes = (M, N, K, len(rows), slots * cfg.cluster_m)
+    return _Call(cfg, plan, work, _launches(cfg, device), sizes, partial_slots)
+
+
+def _call_for(M: int, N: int, K: int, device: int, options: Options | None = None, **overrides) -> _Call:
+    return _prepare(M, N, K, device, Options.of(options, **overrides))
+
+
+def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int,
+          trace_addr: int, M: int, N: int, K: int, num_items: int, num_ctas: int, stream):
+    """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
+    ptr = functools.partial(launch.gmem_pointer, align=16)
+    bf16 = cutlass.BFloat16
+    return (ptr(bf16, a_addr), ptr(bf16, b_addr), ptr(bf16, c_addr), ptr(cutlass.Int32, work_addr),
+            ptr(cutlass.Int32, counter_addr), ptr(cutlass.Float32, partials_addr), ptr(cutlass.Int64, trace_addr),
+            *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _launches(cfg: Config, device: int) -> launch.LaunchCache:
+    """The kernel for `cfg` on one device, compiled on first use (with that device current), behind its launch
+    cache. It is shape-generic: one compile serves every M, N, K."""
+    dummy = _args(16, 16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
+    with launch.on_device(device):
+        compiled = cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}")
+    return launch.LaunchCache(compiled, device=device)
+
+
+def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch: str = ARCH, dump_dir=None,
+                 **overrides):
+    """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
+    (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
+    if arch != ARCH:
+        raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
+    check_shape(M, N, K)
+    from workbook import gpus, sass
+    cfg, _ = config_for(M, N, Options.of(options, **overrides), gpus.H200)
+    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cfg.cluster_m,
+                                                    make_fake_stream()), arch=arch, dump_dir=dump_dir)
+
+
+def _check_operand(name: str, t) -> None:
+    # Every call pays for these checks in the synchronised timing: cheap attribute reads only.
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype is not torch.bfloat16:
+        raise ValueError(f"{name} must be bfloat16, got {t.dtype}")
+    if not t.is_cuda:
+        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    if t.dim() != 2 or not t.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous (row-major) 2-D tensor, got shape {tuple(t.shape)} "
+                         f"strides {t.stride()}")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary for TMA (a fresh tensor does)")
+
+
+def _operands(a, b) -> tuple[int, int, int, int]:
+    """(M, N, K, device) of checked operands for c = a @ b."""
+    _check_operand("a", a)
+    _check_operand("b", b)
+    device = a.get_device()
+    if b.get_device() != device:
+        raise ValueError(f"a and b must be on one device, got {a.device} and {b.device}")
+    (M, K), (K2, N) = a.shape, b.shape
+    if K != K2:
+        raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    return M, N, K, device
+
+
+def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, out: torch.Tensor | None = None,
+         **overrides) -> torch.Tensor:
+    """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
+    fp32 accumulation, c [M, N] bf16 (written into `out` if given). `options`: a `hopper_options.Options`
+    (default `Options()`), with any of its fields overridden by keyword (`tile`, `stages`, `epilogue`,
+    `schedule`, `narrow_ns`, `cluster_m`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`, `stream_k`;
+    each is described there)."""
+    M, N, K, device = _operands(a, b)
+    call = _call_for(M, N, K, device, options, **overrides)
+    if out is None:
+        out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    else:
+        _check_operand("out", out)
+        if out.shape != (M, N) or out.get_device() != device:
+            raise ValueError(f"out must be [{M}, {N}] on {a.device}, got {tuple(out.shape)} on {out.device}")
+
+    # The launch goes to the current device and stream; only switch devices when `a` lives elsewhere
+    # (the switch costs host time, which the per-call-synchronised benchmark would count).
+    with contextlib.nullcontext() if device == torch.cuda.current_device() else torch.cuda.device(device):
+        _launch(call, a, b, out, launch.stream_handle(device))
+    return out
+
+
+def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: int) -> None:
+    """Launch `call`'s kernel on checked operands (through its launch cache: a graph replay after the first)."""
+    addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(),
+             *(t.data_ptr() for t in call.scratch(stream)))
+    call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)), stream)
+
+
+def timeline(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, **overrides):
+    """Run `gemm(a, b, options, **overrides)` once in the build that stamps the global nanosecond timer as
+    each CTA runs (`Options.trace`; a separate compile, the timed kernel carries none of it). Returns (c,
+    frame): the `hopper_trace.trace_frame` of that launch, one row per segment a CTA ran, with the `width` of
+    its work-list row."""
+    M, N, K, device = _operands(a, b)
+    call = _call_for(M, N, K, device, options, **{**overrides, "trace": True})
+    out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    stream = launch.stream_handle(device)
+    trace = call.scratch(stream)[2]
+    trace.fill_(-1)                      # a stamp never written reads -1, not an old launch's value
+    _launch(call, a, b, out, stream)
+    torch.cuda.synchronize(device)
+    frame = trace_frame(trace.cpu().numpy(), call.cfg.cluster_m)
+    frame.insert(frame.columns.get_loc("row") + 1, "width", call.work[:, 2].cpu().numpy()[frame.row.to_numpy()])
+    return out, frame

@@ -1,0 +1,226 @@
+"""What a caller can ask of the Hopper GEMM, checked once, and what follows from it: the plan and the build.
+
+    opts = Options()                                  # the default: what `gemm_kernels.gemm(a, b)` runs
+    opts = Options(schedule="uniform", cluster_m=1)   # any field by name; a bad value is a ValueError here
+    plan = plan_for(4096, 4096, opts, gpus.H200)      # the work items and waves of exactly that run
+    cfg, plan = config_for(4096, 4096, opts)          # the compiled kernel's parameters (Config) and the plan
+
+`Options` is frozen and hashable: `hopper_host` caches each prepared call on (shape, device, options), and
+each compiled kernel on its `Config`, so equal options share one work list and one compile. Pure Python:
+planning a shape needs neither a GPU nor CuTe DSL.
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import gemm_kernels
+from gemm_kernels import stages as stages_lib
+from gemm_kernels import waves
+from gemm_kernels.options import BackendOptions
+from workbook import gpus
+
+ARCH = "sm_90a"
+TILE_M = 128          # two consumer warpgroups x 64 rows (the WGMMA M)
+TILE_K = 64           # 64 bf16 = 128 bytes: one 128-byte swizzle row of the K-major A tile
+EPI_N = 32            # staged epilogue sub-tile: 128 x 32 bf16 = 8 KiB per buffer
+B_ATOM_N = 64         # N-major B in smem: 128-byte swizzle atoms of 64 bf16 columns
+# Register epilogue: tile widths in steps of 16 columns. WGMMA's N and one lane's 16-byte store go in steps of
+# 8, but on the H200 a 248-wide row's K loop took as long as a 256-wide one's while a 240-wide row took 0.95 of
+# it (either the tensor cores step through N 16 columns at a time, or 16 columns = 32 bytes, one L2 sector,
+# keeps neighbouring items from sharing sectors): an 8-column step only adds items.
+WIDTH_STEP = 16
+EPILOGUES = ("staged", "register")
+SCHEDULES = ("uniform", "balanced")
+ALIGN = 8             # elements: TMA wants 16-byte aligned strides
+DEFAULT_TILE = (TILE_M, 256, TILE_K)
+STAGED_BUFFERS = 2    # staged epilogue: (128 x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
+
+
+def width_step(epilogue: str) -> int:
+    """Tile widths come in steps of this many columns: the staged epilogue TMA-stores whole 32-column
+    sub-tiles and takes its STAGED_BUFFERS buffers in turn, so a narrow tile must end on a whole round of
+    them; the register epilogue's WGMMA and stores could go in steps of 8, but 16 is what pays (WIDTH_STEP)."""
+    return EPI_N * STAGED_BUFFERS if epilogue == "staged" else WIDTH_STEP
+
+
+@functools.lru_cache(maxsize=None)
+def narrow_widths(tile_n: int, epilogue: str = "register") -> tuple[int, ...]:
+    """Widths the balanced schedule may use beside `tile_n` with `epilogue` (the planner's g*W/(g+1) rule),
+    in that epilogue's steps (`width_step`: 16 columns for the register epilogue, 64 for the staged one).
+    Widest first: for 256, (240, 224, 192, 128) and (192, 128)."""
+    return waves.narrow_widths(tile_n, multiple_of=width_step(epilogue))
+
+
+def stage_budget(tile, epilogue: str, depth: int | None = None) -> stages_lib.StageBudget:
+    """One CTA's shared memory with this tile and epilogue (`gemm_kernels.stages`); ValueError when `depth`
+    stages do not fit."""
+    extra = dict(epilogue_tile=(TILE_M, EPI_N), epilogue_buffers=STAGED_BUFFERS) if epilogue == "staged" else {}
+    return stages_lib.stages(tuple(tile), epilogue, ARCH, depth=depth, **extra)
+
+
+def stage_count(tile, epilogue: str) -> int:
+    """The deepest ring that fits beside `epilogue` in one CTA's shared memory (gemm_kernels.stages)."""
+    return stage_budget(tile, epilogue).stages
+
+
+def check_shape(M: int, N: int, K: int) -> None:
+    gemm_kernels.check_sizes(M=M, N=N, K=K)
+    if K % ALIGN or N % ALIGN:
+        raise ValueError(f"K ({K}) and N ({N}) must be multiples of {ALIGN}: TMA needs the rows of a [M, K] "
+                         f"and b [K, N] to start on 16-byte boundaries")
+
+
+def check_band_rows(band_rows: int) -> None:
+    if band_rows < 1:
+        raise ValueError(f"band_rows must be >= 1, got {band_rows}")
+
+
+@dataclass(frozen=True)
+class Options(BackendOptions):
+    """Every choice a Hopper GEMM call can make, each checked once, here.
+
+    tile: (128, tile_n, 64) with tile_n one of 64, 128, 192, 256. stages: ring depth, None = the most that
+    fit (`stage_count`). epilogue: "register" (from registers, no shared memory) or "staged" (through shared
+    memory and a TMA store). schedule: "balanced" (some tiles narrower so the last wave fills the GPU) or
+    "uniform". narrow_ns: the narrow widths the balanced plan may choose from, None = every one
+    `narrow_widths(tile_n, epilogue)` lists (240, 224, 192, 128 for 256 and the register epilogue).
+    cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
+    band_rows: the L2 raster of the work list (`hopper_worklist.banded`), None = `band_rows_for(K)`; 1 keeps
+    the planner's row-major order. persistent: False launches one CTA (pair) per work item and lets the
+    hardware hand them out in order. dynamic: persistent CTAs take the next item from a global counter
+    (False: slot i runs items i, i + slots, ...). defer_epilogue: (register epilogue; None = on with it) store
+    each item's C 32 columns at a time behind the next item's first 8 K-blocks, not all at once between the
+    two. stream_k: split a uniform plan's partial last wave along K over every slot (measured on the H200 and
+    left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). trace: the
+    separate build that stamps the global timer around each row (`hopper_host.timeline`).
+    """
+    tile: tuple[int, int, int] = DEFAULT_TILE
+    stages: int | None = None
+    epilogue: str = "register"
+    schedule: str = "balanced"
+    narrow_ns: tuple[int, ...] | None = None
+    cluster_m: int = 2    # measured best overall on the H200
+    band_rows: int | None = None
+    persistent: bool = True
+    dynamic: bool = True
+    defer_epilogue: bool | None = None
+    stream_k: bool = False
+    trace: bool = False
+
+    def __post_init__(self):
+        tile = DEFAULT_TILE if self.tile is None else tuple(self.tile)
+        if len(tile) != 3 or tile[0] != TILE_M or tile[2] != TILE_K or tile[1] % B_ATOM_N or not 64 <= tile[1] <= 256:
+            raise ValueError(f"Hopper tiles are ({TILE_M}, tile_n, {TILE_K}) with tile_n one of 64, 128, 192, 256 "
+                             f"(whole 64-column swizzle blocks of B); got {tile}")
+        object.__setattr__(self, "tile", tile)
+        if self.epilogue not in EPILOGUES:
+            raise ValueError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.cluster_m not in (1, 2):
+            raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m!r}")
+        if self.stages is not None:
+            if self.stages < 2:
+                raise ValueError(f"stages must be >= 2, got {self.stages}")
+            stage_budget(tile, self.epilogue, depth=self.stages)   # ValueError when that many do not fit
+        if self.narrow_ns is not None:
+            object.__setattr__(self, "narrow_ns", self._chosen_narrow())
+        if self.band_rows is not None:
+            check_band_rows(self.band_rows)
+        if self.defer_epilogue and self.epilogue != "register":
+            raise ValueError("defer_epilogue needs the register epilogue")
+        if self.stream_k and not self.persistent:
+            raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
+        self._seal()
+
+    __hash__ = BackendOptions.cached_hash
+
+    def _chosen_narrow(self) -> tuple[int, ...]:
+        allowed = narrow_widths(self.tile_n, self.epilogue)
+        chosen = tuple(sorted({int(w) for w in self.narrow_ns}, reverse=True))
+        wrong = [w for w in chosen if w not in allowed]
+        if wrong:
+            raise ValueError(f"narrow widths {wrong} are not available for {self.tile_n}-wide tiles with the "
+                             f"{self.epilogue} epilogue; choose from {allowed}")
+        return chosen
+
+    @property
+    def tile_n(self) -> int:
+        return self.tile[1]
+
+    @property
+    def ring_stages(self) -> int:
+        """The ring depth this run compiles: `stages`, or the most that fit."""
+        return stage_count(self.tile, self.epilogue) if self.stages is None else self.stages
+
+    @property
+    def deferred(self) -> bool:
+        """None (the default) defers the register epilogue (faster at every square measured on the H200); the
+        staged one is not deferred (its TMA store runs asynchronously already)."""
+        return self.epilogue == "register" if self.defer_epilogue is None else self.defer_epilogue
+
+    @property
+    def narrow_choices(self) -> tuple[int, ...]:
+        """The narrow widths the balanced plan may choose from, widest first."""
+        return narrow_widths(self.tile_n, self.epilogue) if self.narrow_ns is None else self.narrow_ns
+
+
+DEFAULT = Options.default()
+
+
+@dataclass(frozen=True)
+class Config:
+    """One compiled kernel: the tile (wide width), the optional narrow width, the ring depth, the epilogue.
+    Derived from checked `Options` and the plan by `config_for`; the kernel reads nothing else."""
+    tile_n: int = 256
+    narrow_n: int | None = None
+    stages: int = 4
+    epilogue: str = "register"
+    epi_stages: int = 2   # staged epilogue only: sub-tile buffers in flight
+    cluster_m: int = 1    # 2: CTA pairs stacked along M share each B tile by TMA multicast
+    dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
+    defer_epilogue: bool = False   # register epilogue: item j's C goes out behind item j+1's first K-blocks
+    stream_k: bool = False         # the last partial wave's items are split along K over every slot
+    trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
+
+    @property
+    def staged(self) -> bool:
+        return self.epilogue == "staged"
+
+    @property
+    def width_step(self) -> int:
+        return width_step(self.epilogue)
+
+    @property
+    def segments(self) -> int:
+        return segments(self.stream_k)
+
+
+def segments(stream_k: bool) -> int:
+    """Segments per work-list row (`hopper_worklist`): two with stream-K, since a unit may end one item and
+    start the next; one otherwise."""
+    return 2 if stream_k else 1
+
+
+def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> waves.Plan:
+    """The planner's work list for exactly the run `options` describe: uniform tiles, or balanced so the last
+    wave fills the GPU. An item is a cluster's tile (cluster_m x 128 rows) and a slot is a cluster: with the
+    default CTA pairs, 66 slots on an H200. gpu: a `workbook.gpus` spec, default the GPU present or the H200."""
+    o = Options.of(options, **overrides)
+    gpu = gpu or gpus.current() or gpus.H200
+    return waves.plan(M, N, gpu=gpu, tile_m=TILE_M * o.cluster_m, tile_ns=(o.tile_n, *o.narrow_choices),
+                      balanced=o.schedule == "balanced", schedule="static", ctas_per_item=o.cluster_m)
+
+
+def config_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> tuple[Config, waves.Plan]:
+    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
+    o = Options.of(options, **overrides)
+    plan = plan_for(M, N, o, gpu)
+    if o.stream_k and plan.narrow is not None:
+        raise ValueError("stream_k splits uniform tiles; a balanced plan with narrow tiles fills its last wave "
+                         "already")
+    cfg = Config(tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages, epilogue=o.epilogue,
+                 epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m, dynamic=o.dynamic, defer_epilogue=o.deferred,
+                 stream_k=o.stream_k, trace=o.trace)
+    return cfg, plan
