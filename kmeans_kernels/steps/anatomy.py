@@ -49,7 +49,7 @@ def scan(sass_text: str, block_n: int = 128) -> dict[str, float]:
     the 8 of the final lane merge: 2 rows x 2 steps x (score, index))."""
     block = sass_checks.scan_block(sass_text, after=None)
     ops = Counter(ins.base for ins in block)
-    tiles = ops["FADD"] / scores_per_thread(block_n)
+    tiles = sass_checks.scan_tiles(block, block_n)
     if tiles <= 0:
         raise ValueError("no scores (FADD) in the scan block: is this a k-means step kernel's SASS?")
     whole = sass.histogram(sass_text, base=True)

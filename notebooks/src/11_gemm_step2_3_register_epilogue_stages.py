@@ -24,7 +24,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import HTML, display
 
-from gemm_kernels import blackwell, stages, steps
+from gemm_kernels import blackwell_host, blackwell_options, stages, steps
 from gemm_kernels.steps import drawings, evidence, exercises, findings
 from gemm_kernels.steps import step1_four_stages as step1
 from gemm_kernels.steps import step2_register_epilogue as step2
@@ -105,12 +105,12 @@ plt.show()
 #   So step 3 takes this tile. It pays for its stages in reuse: each loaded element of A now meets 128 columns of B,
 #   not 256, a third more operand traffic per multiply-add.
 # * **B200 (seed 004).** Each CTA of the pair holds half of A and half of B per stage, 32 KiB; without `SMEM_OUT`
-#   seven fit, the seed's 4 → 7 (the B200 build, `blackwell.DEFAULT_STAGES`, uses exactly these depths).
+#   seven fit, the seed's 4 → 7 (the B200 build, `blackwell_options.DEFAULT_STAGES`, uses exactly these depths).
 #
 # Step 3's kernel is step 2's; the diff is the depth it is compiled with and the tile it defaults to:
 
 # %%
-assert blackwell.DEFAULT_STAGES == {"register": 7, "staged": 4}
+assert blackwell_options.DEFAULT_STAGES == {"register": 7, "staged": 4}
 stepper.diff(step2, step3, module_docstring=False)
 
 # %%
@@ -138,7 +138,7 @@ assert same
 # of its builds, beside step 2 on Hopper and the seed's own description:
 
 # %%
-b200 = {f"B200 ours, {ep}": evidence.blackwell_epilogue(blackwell.compile_gemm(4096, 4096, 4096, epilogue=ep))
+b200 = {f"B200 ours, {ep}": evidence.blackwell_epilogue(blackwell_host.compile_gemm(4096, 4096, 4096, epilogue=ep))
         for ep in ("register", "staged")}
 h200 = evidence.facts(step2.compile(4096, 4096, 4096))
 table = pd.DataFrame(b200).T
@@ -195,7 +195,7 @@ for title, (before, after) in gains.items():
 # part of a tile: its 64 KiB of `c` leave once per K loop of K/64 K-blocks.
 #
 # **The kernel's own timeline.** The production kernel stamps the global timer around every row it runs
-# (`hopper.timeline`; notebook 13 draws it). Per row, plain register epilogue against the staged one:
+# (`hopper_host.timeline`; notebook 13 draws it). Per row, plain register epilogue against the staged one:
 
 # %%
 phases = findings.timeline_phases()

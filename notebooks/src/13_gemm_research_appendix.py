@@ -35,7 +35,8 @@ pd.set_option("display.width", 160)
 # A persistent GEMM that did *more* work per clock than cuBLAS still lost to it at 16384³ (the table
 # below: "work per clock" ahead, "clock" behind). Both kernels hold the board at its power cap ("board W"); at a cap, throughput is the cap divided by the energy per unit of work, so
 # more work per clock only buys a lower clock. Evidence: `probes/gemm_clocks.txt` and `gemm_clocks_after.txt`
-# (`tools/probes/probe_clocks.py`: each kernel back to back for 3 s while `nvidia-smi` sampled), the static walk of
+# (the retired `probe_clocks.py`, each kernel back to back for 3 s while `nvidia-smi` sampled; what every retired
+# probe showed is in `data/measured/h200/probes/README.md`), the static walk of
 # the work list against the dynamic schedule that replaced it:
 
 # %%
@@ -68,7 +69,7 @@ display(dram.drop(columns=["file"]).round(3))
 # item lets the hardware keep them in order, at a fill and a launch per item. The **dynamic schedule** gets the same
 # order and stays persistent: a producer warp claims the next item from a global counter while the ring still holds
 # `stages` K-blocks, and hands it to its pair through shared memory. With bands of tile rows whose A fits in half the
-# L2 (`hopper.band_rows_for`), the bytes came close to cuBLAS's, and the clock gap shrank with them (the second build
+# L2 (`hopper_worklist.band_rows_for`), the bytes came close to cuBLAS's, and the clock gap shrank with them (the second build
 # in the first table).
 #
 # ## Finding 2: over a grid of shapes
@@ -104,7 +105,7 @@ else:
 # Stream-K keeps the first waves whole and cuts the last wave's K-blocks into one equal unit per slot; a unit that
 # starts mid-item hands its fp32 partial sum to the slot that finishes the item. The kernel keeps it as an option
 # (`gemm(..., stream_k=True)`) because its cost is the lesson. Evidence: `probes/gemm_stream_k_diagnosis.csv`
-# (`tools/probes/probe_stream_k.py`, 6 rounds), with two builds made to isolate a cost: *whole rows* (the stream-K
+# (the retired `probe_stream_k.py`, 6 rounds), with two builds made to isolate a cost: *whole rows* (the stream-K
 # build, nothing split: the build's own cost) and *halves* (each tail item split in two: one hand-over, no gain):
 
 # %%
@@ -119,7 +120,7 @@ print("against no stream-K, back to back (µs):", {k: round(float(v), 1) for k, 
 #
 # ## Finding 4: the epilogue, CTA by CTA, and the deferral that hides it
 #
-# `hopper.timeline(a, b)` runs a separate build in which every CTA stamps the global timer around each row it runs.
+# `hopper_host.timeline(a, b)` runs a separate build in which every CTA stamps the global timer around each row it runs.
 # One launch of 4096³ with the plain register epilogue (`probes/gemm_timeline_78d89e8/`): blue is the K loop, red the
 # epilogue, grey the wait for a row's first K-block.
 
@@ -159,7 +160,7 @@ print("narrow rows, K loop vs a 256-wide row's (model):",
 # A 248-wide row costs what a 256-wide one does, so a 248-wide item only adds an item; 240 and 192 cost about their
 # width. Why is not settled: the tensor cores may step through N 16 columns at a time, or 248 columns (496 bytes)
 # make neighbouring items share 32-byte L2 sectors of `c`. Either way, narrow widths go in 16-column steps
-# (`hopper.WIDTH_STEP`, and step 4's). Drift-cancelled back-to-back cycles (`probes/gemm_ab_narrow/`) against
+# (`hopper_options.WIDTH_STEP`, and step 4's). Drift-cancelled back-to-back cycles (`probes/gemm_ab_narrow/`) against
 # torch.matmul:
 
 # %%
@@ -175,7 +176,7 @@ display(ab[ab.config != "torch"].pivot_table(index="shape", columns="config", va
 #
 # Taking turns call by call should share the GPU's clock drift out best; but its first benchmark run read
 # torch.matmul at 4096³ well below every earlier run (`probes/gemm_bench_unsettled_turns_4c5b42d.csv`) while our
-# kernels read as before. `tools/probes/probe_turns.py` timed torch.matmul
+# kernels read as before. The retired `probe_turns.py` timed torch.matmul
 # alone, taking turns with itself, and taking turns with our kernel (launched by replaying a CUDA graph), with and
 # without one untimed *settling* call of the same contender before each timed turn (`probes/gemm_turns.csv`,
 # `gemm_turns_settled.csv`; median ms, each call synchronised):

@@ -24,8 +24,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from gemm_kernels import bench as gemm_bench
-from gemm_kernels import blackwell, stages
+from gemm_kernels import blackwell_options, configs, stages
 from gemm_kernels import seeds as gemm_seeds
 from kmeans_kernels import seeds as kmeans_seeds
 from workbook import explore, gpus, plots, records, timing
@@ -140,7 +139,7 @@ for line in gemm_seeds.gemm_inconsistencies() or ["every TFLOP/s entry agrees wi
 
 # %% [markdown]
 # Seed 004's figure (left), and ours (right): every configuration of our Hopper GEMM that the benchmark times
-# (`gemm_kernels.bench.VARIANTS`: the 4-stage ring with a staged epilogue, the register epilogue, the deeper
+# (`gemm_kernels.configs.HOPPER`: the 4-stage ring with a staged epilogue, the register epilogue, the deeper
 # ring it allows, the balanced schedule, CTA pairs, the deferred epilogue) beside `torch.matmul` (cuBLAS), from
 # one run that timed them all on the three cubes; each bar its own colour. The H200's dense bf16 peak is well
 # under half the B200's: compare the shapes of the two panels, not their heights.
@@ -151,7 +150,7 @@ seed_bars = pd.DataFrame({"before (4 stages, staged epilogue)": gemm["before_tfl
                           "cuBLASLt top-8": gemm["cublaslt_top8_tflops"],
                           "cuBLASLt exhaustive (offline search)": gemm["cublaslt_exhaustive_tflops"]}) / 1000
 seed_bars.index = [f"{s}\u00b3" for s in gemm["size"]]
-cubes = gemm_seeds.ours_at_cubes(ours_gemm, gemm_bench.VARIANTS)
+cubes = gemm_seeds.ours_at_cubes(ours_gemm, configs.HOPPER)
 fig, axes = plt.subplots(1, 2, figsize=(17, 5.2), layout="constrained", gridspec_kw={"width_ratios": [1, 1.8]})
 plots.grouped_bars(seed_bars, ax=axes[0], fmt="%.3f", ylabel="PFLOP/s (bf16)", xlabel="M = N = K", legend="inside",
                    title="cuda-oxide gemm_sol_final on B200 (the PR author's)",
@@ -180,7 +179,7 @@ if not cubes.empty:
 # Seed 004 explains its win with two text tables: uniform 256 x 256 tiles leave CTA pairs idle in the last wave
 # on B200's 74 pairs, and the shared memory splits into more pipeline stages once the epilogue buffer is gone.
 # Both are arithmetic, so both are recomputed: the waves with the B200 kernel's own work list
-# (`blackwell.plan`: the planner with the seed's N256 / N224 / N192 widths), the stages with `gemm_kernels.stages`.
+# (`blackwell_options.plan`: the planner with the seed's N256 / N224 / N192 widths), the stages with `gemm_kernels.stages`.
 
 # %%
 display(gemm_seeds.wave_table().style.hide(axis="index").format({"predicted gain (ours)": "{:+.1%}"}))
@@ -193,10 +192,11 @@ for epilogue in ("staged", "register"):
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(16, 4.4), layout="constrained", sharey=True)
-plans = {schedule: blackwell.plan(4096, 4096, schedule=schedule) for schedule in ("uniform", "balanced")}
+plans = {schedule: blackwell_options.plan(4096, 4096, schedule=schedule) for schedule in ("uniform", "balanced")}
 for ax, (schedule, plan) in zip(axes, plans.items()):
     plots.wave_occupancy(plan.gantt(), ax=ax, slot_label="CTA pair", title=f"4096\u00b3 on B200, {schedule} tiles",
-                         source="gemm_kernels.blackwell.plan for B200's 74 CTA pairs (a model, not a measurement)")
+                         source="gemm_kernels.blackwell_options.plan for B200's 74 CTA pairs "
+                                "(a model, not a measurement)")
 axes[0].set_ylim(max(p.makespan for p in plans.values()), 0)      # one time axis for both
 
 # %% [markdown]
@@ -243,4 +243,4 @@ print(kmeans_seeds.check_geomean(answer))
 # | 2, nightly dumbbells | `data/pr/kmeans_pr22_nightly.csv` | the PR author's B200 (seed 000) |
 # | 3, GEMM panel | `data/pr/gemm_sol_final.csv` | the PR author's B200 (seed 004) |
 # | 3, ours | `data/measured/h200/gemm.csv` (the run named in the caption) | our H200 |
-# | 4, waves and stages | computed here (`gemm_kernels.blackwell.plan`, `gemm_kernels.stages`) | nothing: arithmetic |
+# | 4, waves and stages | computed here (`gemm_kernels.blackwell_options.plan`, `gemm_kernels.stages`) | nothing: arithmetic |
