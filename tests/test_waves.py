@@ -111,7 +111,8 @@ def test_gantt_draws():
     assert len(chart) == 74 and chart[0] == [(0.0, 1.0, "M256 x N256"), (1.0, 1.0, "M256 x N256"),
                                               (2.0, 0.75, "M256 x N192"), (2.75, 0.75, "M256 x N192")]
     fig = plots.wave_occupancy(chart, slot_label="CTA pair")
-    assert "296 work items on 74 CTA pairs: 3.50 waves" in fig.axes[0].get_title()
+    # waves count items per slot (296 / 74 = 4.00); the makespan is when the last pair finishes
+    assert "296 work items on 74 CTA pairs = 4.00 waves, makespan 3.50" in fig.axes[0].get_title()
     plt.close(fig)
 
 
