@@ -137,6 +137,21 @@ def test_graphs_are_bounded_and_evicted_ones_destroyed(fake_graphs):
     assert fake_graphs["captured"] == [0, 1, 2, 3] and fake_graphs["destroyed"] == ["graph0", "graph1"]
 
 
+def test_no_graph_is_destroyed_inside_a_callers_capture(fake_graphs, capturing):
+    """Evicting an argument set that holds a graph while the caller captures must not destroy that graph then
+    (cuGraphExecDestroy invalidates the caller's capture): it goes at the next eviction outside the capture."""
+    fake = FakeCompiled()
+    cache = launch.LaunchCache(fake, size=2, graphs=True)
+    for key in ("a", "a", "b"):                      # "a" repeats: it holds graph0
+        cache(key, lambda s, key=key: (key, s), stream=5)
+    capturing.add(5)
+    cache("c", lambda s: ("c", s), stream=5)         # evicts "a" inside the capture
+    assert fake_graphs["destroyed"] == []
+    capturing.discard(5)
+    cache("d", lambda s: ("d", s), stream=5)         # outside it: the retired graph goes now
+    assert fake_graphs["destroyed"] == ["graph0"]
+
+
 def test_evicted_argument_sets_release_their_graphs(fake_graphs):
     cache = launch.LaunchCache(FakeCompiled(), size=1, graphs=True)
     cache("a", lambda s: (s,), stream=0)

@@ -30,6 +30,11 @@ needs_blackwell = pytest.mark.skipif(CAPABILITY != (10, 0), reason="needs an sm_
 SEED = random.randrange(2**31)   # fresh inputs every session; failures print it
 
 
+def _with_seed(report: str) -> str:
+    """For assert_close's msg: torch's own mismatch report (which elements, how far off), then the seed."""
+    return f"{report}\nseed {SEED}"
+
+
 def ops(art: sass.Artifacts):
     return sass.histogram(art.sass)
 
@@ -81,7 +86,20 @@ def test_tma_copy_is_one_tma_load_and_store_behind_one_mbarrier(dtype):
     assert re.search(rf"mov\.b32\s+%r\d+, {expect};", art.ptx) and "mbarrier.arrive.expect_tx" in art.ptx
 
 
-@pytest.mark.parametrize("k, n_tile", [(16, 64), (64, 128), (32, 8)])
+# a K-major bf16 tile with K = 16, 32, 64 has rows of 32, 64, 128 bytes: one row of the SW32, SW64, SW128
+# swizzle atom, i.e. CuTe's Swizzle<1|2|3, 4, 3> on byte addresses and a WGMMA descriptor layout type
+# (bits 62-63) of 3, 2, 1
+SWIZZLE_BITS = {16: 1, 32: 2, 64: 3}
+DESCRIPTOR_SWIZZLE = {16: 3, 32: 2, 64: 1}
+
+
+def _descriptors(ptx: str):
+    """(layout type, stride byte offset in bytes) of the constant part of each smem descriptor in the PTX."""
+    consts = [int(c) % 2**64 for c in re.findall(r"or\.b64\s+%rd\d+, %rd\d+, (-?\d+);", ptx)]
+    return [(d >> 62, ((d >> 32) & 0x3FFF) * 16) for d in consts]
+
+
+@pytest.mark.parametrize("k, n_tile", [(16, 64), (64, 128), (32, 8), (16, 8), (16, 24), (64, 56)])
 def test_wgmma_tile_issues_k_over_16_hgmma_inside_fence_and_wait(k, n_tile):
     art = wgmma_tile.compile(k, n_tile)
     assert ops(art)[f"HGMMA.64x{n_tile}x16.F32.BF16"] == k // 16, ops(art)
@@ -91,15 +109,54 @@ def test_wgmma_tile_issues_k_over_16_hgmma_inside_fence_and_wait(k, n_tile):
     assert re.search(rf"mov\.b32\s+%r\d+, {wgmma_tile.tx_bytes(k, n_tile)};", art.ptx)
     sequence = [i.base for i in sass.instructions(art.sass) if i.base in ("WARPGROUP", "HGMMA", "STG")]
     assert sequence.index("HGMMA") > sequence.index("WARPGROUP") and sequence[-1] == "STG"
+    # both tiles arrive by 2-D TMA boxes one swizzle row (K elements) wide: a swizzled box is at most one
+    # swizzle row wide, so a 1-D box (what an unswizzled, contiguous 8 x 16 tile of B coalesces to) means
+    # TMA stores the tile unswizzled while the WGMMA reads it swizzled
+    assert art.ptx.count("cp.async.bulk.tensor.2d") == 2 and "cp.async.bulk.tensor.1d" not in art.ptx
+    (a_type, a_sbo), (b_type, b_sbo) = _descriptors(art.ptx)[:2]
+    assert a_type == b_type == DESCRIPTOR_SWIZZLE[k] and a_sbo == 8 * 2 * k, _descriptors(art.ptx)
+    assert b_sbo == (8 * 2 * k if n_tile > 8 else 0)   # one 8-row group of B: no stride to the next
 
 
-@pytest.mark.parametrize("k, n_tile", [(16, 64), (64, 128), (16, 256)])
+def _wgmma_reads(row: int, col: int, k: int, sbo: int) -> int:
+    """The byte (from the tile's 1024-byte-aligned start) where a WGMMA with a K-major SW32/64/128
+    descriptor reads element (row, col) of a tile with K = k bf16: 8-row atoms `sbo` bytes apart, rows of 2k
+    bytes, then the swizzle of the descriptor's mode (PTX ISA, matrix descriptor): byte-address bits 7.. XORed
+    into bits 4.., one bit for SW32, two for SW64, three for SW128."""
+    return layouts.swizzle(SWIZZLE_BITS[k], 4, 3, (row // 8) * sbo + (row % 8) * 2 * k + 2 * col)
+
+
+@pytest.mark.parametrize("k", wgmma_tile.K_CHOICES)
+def test_wgmma_tma_writes_b_where_the_wgmma_reads_it(k):
+    """The layout the host hands the TMA for B (the byte address each element is stored at) against the
+    address the WGMMA descriptor reads it from, for every N the kernel accepts."""
+    def fn():
+        found = {}
+        for n in range(8, 257, 8):
+            _, b = wgmma_tile._smem_layouts((64, n, k))
+            tma = wgmma_tile.one_stage(b)
+            rows = range(n) if n <= 24 else ()
+            found[n] = (str(b.inner), str(tma.inner), str(tma.outer), str(cute.slice_(b.outer, (None, None, 0))),
+                        [[tma.outer((r, c)) for c in range(k)] for r in rows])
+        return found
+    for n, (mma_swizzle, tma_swizzle, tma_outer, stage0, elements) in layouts.trace(fn).items():
+        assert tma_swizzle == mma_swizzle == f"S<{SWIZZLE_BITS[k]},4,3>", n
+        assert tma_outer == stage0, n
+        bits, base, shift = (int(v) for v in re.fullmatch(r"S<(\d+),(\d+),(\d+)>", tma_swizzle).groups())
+        for r, row in enumerate(elements):
+            for c, e in enumerate(row):
+                assert layouts.swizzle(bits, base, shift, 2 * e) == _wgmma_reads(r, c, k, 8 * 2 * k), (n, r, c)
+
+
+@pytest.mark.parametrize("k, n_tile", [(16, 32), (16, 64), (64, 128), (16, 256)])
 def test_tcgen05_tile_has_mma_commit_tmem_load_and_its_fence(k, n_tile):
     art = tcgen05_tile.compile(k, n_tile)
     assert count(art, "UTCHMMA") >= k // 16, ops(art)
     assert ops(art)["LDTM.x32"] == n_tile // tcgen05_tile.LOAD_COLUMNS, ops(art)
     assert count(art, "UTCBAR") == 1 and count(art, "UTMALDG") == 2, ops(art)
     assert count(art, "HGMMA") == 0
+    # swizzled TMA boxes are one swizzle row wide: the layouts handed to the TMA kept their swizzle
+    assert art.ptx.count("cp.async.bulk.tensor.2d") == 2 and "cp.async.bulk.tensor.1d" not in art.ptx
     for ptx in ("tcgen05.alloc", "tcgen05.dealloc", "tcgen05.commit", "tcgen05.wait::ld"):
         assert ptx in art.ptx, ptx
     assert art.ptx.index("tcgen05.ld.") < art.ptx.index("tcgen05.wait::ld")
@@ -308,7 +365,7 @@ def test_vector_add_adds(n):
     g = _generator()
     a, b = torch.randn(n, device="cuda", generator=g), torch.randn(n, device="cuda", generator=g)
     out = torch.full_like(a, float("nan"))
-    torch.testing.assert_close(vector_add.add(a, b, out=out), a + b, rtol=0, atol=0, msg=f"seed {SEED}")
+    torch.testing.assert_close(vector_add.add(a, b, out=out), a + b, rtol=0, atol=0, msg=_with_seed)
 
 
 @gpu
@@ -317,7 +374,7 @@ def test_vector_add_adds(n):
 def test_scale_matches_torch_including_tails(shape):
     x = torch.randn(shape, device="cuda", generator=_generator())
     out = torch.full_like(x, float("nan"))
-    torch.testing.assert_close(layouts.scale(x, -1.5, out=out), -1.5 * x, rtol=0, atol=0, msg=f"seed {SEED}")
+    torch.testing.assert_close(layouts.scale(x, -1.5, out=out), -1.5 * x, rtol=0, atol=0, msg=_with_seed)
 
 
 @gpu
@@ -329,7 +386,7 @@ def test_polyval_matches_torch(n, relu):
     x = torch.randn(n, device="cuda", generator=_generator())
     out = torch.full_like(x, float("nan"))
     got = trace_time.polyval(x, coeffs, relu, out=out)
-    torch.testing.assert_close(got, trace_time.reference(x, coeffs, relu), rtol=1e-5, atol=1e-5, msg=f"seed {SEED}")
+    torch.testing.assert_close(got, trace_time.reference(x, coeffs, relu), rtol=1e-5, atol=1e-5, msg=_with_seed)
 
 
 @gpu
@@ -352,7 +409,9 @@ def _operands(m, n, k, exact: bool):
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("m, n, k, n_tile", [(64, 64, 16, 64), (1, 8, 16, 8), (100, 40, 32, 64),
+@pytest.mark.parametrize("m, n, k, n_tile", [(64, 64, 16, 64), (1, 8, 16, 8), (64, 8, 16, 8), (1, 64, 16, 64),
+                                             (130, 16, 16, 8), (64, 8, 32, 8), (33, 20, 16, 24), (130, 48, 16, 16),
+                                             (65, 40, 32, 40), (70, 48, 64, 48), (3, 56, 64, 56), (100, 40, 32, 64),
                                              (300, 200, 64, 128), (129, 260, 16, 256)])
 @pytest.mark.parametrize("exact", [True, False])
 def test_wgmma_tile_matches_torch(m, n, k, n_tile, exact):
@@ -361,7 +420,7 @@ def test_wgmma_tile_matches_torch(m, n, k, n_tile, exact):
     got = wgmma_tile.matmul_t(a, b, n_tile=n_tile, out=out)
     want = a.double() @ b.double().T
     tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-4, atol=1e-4)   # fp32 accumulation vs fp64
-    torch.testing.assert_close(got, want.float(), **tol, msg=f"seed {SEED}")
+    torch.testing.assert_close(got, want.float(), **tol, msg=_with_seed)
 
 
 @gpu
@@ -374,7 +433,7 @@ def test_tcgen05_tile_matches_torch(m, n, k, n_tile, exact):
     out = torch.full((m, n), float("nan"), device="cuda")
     got = tcgen05_tile.matmul_t(a, b, n_tile=n_tile, out=out)
     tol = dict(rtol=0, atol=0) if exact else dict(rtol=1e-4, atol=1e-4)
-    torch.testing.assert_close(got, (a.double() @ b.double().T).float(), **tol, msg=f"seed {SEED}")
+    torch.testing.assert_close(got, (a.double() @ b.double().T).float(), **tol, msg=_with_seed)
 
 
 @gpu
@@ -384,8 +443,8 @@ def test_pipeline_row_sum_matches_torch(shape):
     g = _generator()
     exact = torch.randint(-8, 9, shape, device="cuda", generator=g).float()   # integer sums are exact
     out = torch.full((shape[0],), float("nan"), device="cuda")
-    torch.testing.assert_close(pipeline.row_sum(exact, out=out), exact.sum(1), rtol=0, atol=0, msg=f"seed {SEED}")
+    torch.testing.assert_close(pipeline.row_sum(exact, out=out), exact.sum(1), rtol=0, atol=0, msg=_with_seed)
     x = torch.randn(shape, device="cuda", generator=g)
     # fp32 sums of K terms in a different order than fp64's: the error grows like sqrt(K)
     torch.testing.assert_close(pipeline.row_sum(x), x.double().sum(1).float(), rtol=1e-4,
-                               atol=1e-4 * shape[1] ** 0.5, msg=f"seed {SEED}")
+                               atol=1e-4 * shape[1] ** 0.5, msg=_with_seed)

@@ -97,10 +97,10 @@ def test_fresh_tensors_at_every_call_are_launched_directly():
     """Training-style code: no graph is captured for an argument set seen once, so a first call costs a launch."""
     gen = torch.Generator(device="cuda").manual_seed(23)
     c = small_integers((300, 64), gen)
-    kmeans_kernels.assign(small_integers((500, 64), gen), c)
+    x0 = small_integers((500, 64), gen)
+    keep = [(x0, kmeans_kernels.assign(x0, c))]   # held: freed, their addresses would come back as a repeat
     caches = [o for o in __import__("gc").get_objects() if isinstance(o, launch.LaunchCache)]
     graphs_before = sum(cache.graph_count for cache in caches)
-    keep = []
     for _ in range(10):
         x = small_integers((500, 64), gen)
         keep.append((x, kmeans_kernels.assign(x, c)))           # held: every address new

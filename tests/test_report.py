@@ -193,3 +193,12 @@ def test_kernels_run_over_ipc_without_the_tcp_warning(tmp_path, capfd):
     assert ran.cells[0].outputs[0]["text"].strip() == "42"
     captured = capfd.readouterr()
     assert "without encryption" not in captured.err + captured.out
+
+
+def test_notebooks_are_selected_by_any_of_several_patterns():
+    every = report.notebooks()
+    assert every and report.notebooks("") == every
+    first, last = every[0].name[:2], every[-1].name[:2]
+    assert report.notebooks(first, last) == [every[0], every[-1]]
+    assert report.notebooks("no such notebook") == []
+    assert report.main(["no such notebook", "--no-execute"]) == 2

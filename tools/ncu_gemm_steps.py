@@ -111,7 +111,9 @@ def main(argv=None):
     if args.inside:
         return profile(*args.shape)
     metrics, dropped = known_metrics(args.ncu)
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0", "PYTHONPATH": str(ROOT)}   # plain launches, one kernel each
+    # plain launches, one kernel each; the child imports this tree first, then whatever the caller could
+    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = [args.ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
            sys.executable, str(Path(__file__).resolve()), "--inside", "--shape", "x".join(map(str, args.shape))]
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -71,7 +71,8 @@ def main(argv=None) -> int:
     from kmeans_kernels.steps import evidence
     from workbook import records
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     program = [sys.executable, str(Path(__file__).resolve()), "--child", "--shape", args.shape]
     minimal = ["gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second",
                "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"]

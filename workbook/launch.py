@@ -64,7 +64,7 @@ class LaunchCache:
             full_key = (key, stream)
             entry = self._entries.get(full_key)
             if entry is None:                      # first sighting: a plain launch, and remember it
-                self._add(full_key, _Launch(self.compiled, make_args(stream))).launch()
+                self._add(full_key, _Launch(self.compiled, make_args(stream)), stream).launch()
             elif is_capturing(stream):             # the caller's graph: our launch becomes one of its nodes
                 entry.launch()
             else:
@@ -75,11 +75,19 @@ class LaunchCache:
                 else:
                     entry.launch()
 
-    def _add(self, full_key, entry: "_Launch") -> "_Launch":
+    def _add(self, full_key, entry: "_Launch", stream: int) -> "_Launch":
         if len(self._entries) >= self.size:
             oldest = next(iter(self._entries))
             self._graphed.pop(oldest, None)
-            self._entries.pop(oldest).close()
+            evicted = self._entries.pop(oldest)
+            if evicted.graph is not None and is_capturing(stream):
+                # destroying a graph inside the caller's capture invalidates that capture: later, outside it
+                _retired.append(evicted.graph)
+                evicted.graph = None
+            evicted.close()
+        if _retired and not is_capturing(stream):
+            while _retired:
+                graph_destroy(_retired.pop())
         self._entries[full_key] = entry
         return entry
 
@@ -126,6 +134,7 @@ class _Launch:
 
 
 _NO_GUARD = contextlib.nullcontext()
+_retired: list = []   # graphs evicted during a caller's capture, destroyed at the next eviction outside one
 
 
 def on_device(index: int | None):

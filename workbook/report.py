@@ -81,8 +81,10 @@ MathJax.Hub.Config({"HTML-CSS": {availableFonts: ["STIX-Web"], preferredFont: "S
 """
 
 
-def notebooks(pattern: str = "") -> list[Path]:
-    return sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb") if pattern in p.name)
+def notebooks(*patterns: str) -> list[Path]:
+    """The notebooks whose file name contains any of `patterns` (all of them with none), in order."""
+    return sorted(p for p in NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")
+                  if not patterns or any(pattern in p.name for pattern in patterns))
 
 
 def _kernel_env() -> dict[str, str]:
@@ -313,7 +315,8 @@ def build(paths: list[Path], out: Path, *, run=True, inplace: bool = False, prog
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("pattern", nargs="?", default="", help="execute only notebooks whose file name contains this")
+    ap.add_argument("patterns", nargs="*", metavar="pattern",
+                    help="execute only notebooks whose file name contains one of these (e.g. 01 02 _gemm_)")
     ap.add_argument("--inplace", action="store_true", help="write outputs back into notebooks/ (to commit)")
     ap.add_argument("--out", type=Path, default=REPORT, help=f"report folder (default {REPORT})")
     ap.add_argument("--no-execute", dest="run", action="store_false",
@@ -322,9 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.inplace and not args.run:
         ap.error("--inplace writes fresh outputs; it cannot be combined with --no-execute")
 
-    selected = notebooks(args.pattern)
+    selected = notebooks(*args.patterns)
     if not selected:
-        print(f"no notebooks match {args.pattern!r} in {NOTEBOOKS}", file=sys.stderr)
+        print(f"no notebooks match {' '.join(args.patterns)!r} in {NOTEBOOKS}", file=sys.stderr)
         return 2
     entries = build(notebooks(), args.out, run=selected if args.run else False, inplace=args.inplace)
     # a failure of what ran now fails the command; a committed error of one not re-run shows in the index

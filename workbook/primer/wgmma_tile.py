@@ -63,8 +63,8 @@ def wgmma_kernel(tiled_mma: cute.TiledMma, load_a: cute.CopyAtom, a: cute.Tensor
     cute.arch.sync_threads()
     if tidx < 32:   # warp 0: one elected thread announces the bytes and issues both loads
         with cute.arch.elect_one():
-            nbytes = cute.size_in_bytes(cutlass.BFloat16, cute.slice_(a_smem, (None, None, 0))) + \
-                cute.size_in_bytes(cutlass.BFloat16, cute.slice_(b_smem, (None, None, 0)))
+            nbytes = cute.size_in_bytes(cutlass.BFloat16, one_stage(a_smem)) + \
+                cute.size_in_bytes(cutlass.BFloat16, one_stage(b_smem))
             cute.arch.mbarrier_arrive_and_expect_tx(shared.full.ptr, nbytes)
         cute.copy(load_a, ta_g, ta_s[(None, 0)], tma_bar_ptr=shared.full.ptr)
         cute.copy(load_b, tb_g, tb_s[(None, 0)], tma_bar_ptr=shared.full.ptr)
@@ -103,8 +103,8 @@ def wgmma_host(a: cute.Tensor, b: cute.Tensor, c: cute.Tensor, n_tile: cutlass.C
                                                   cutlass.Float32, (1, 1, 1), tiler_mn=(BLOCK_M, n_tile))
     a_smem, b_smem = _smem_layouts(tile)   # K-major, swizzled; one stage
     g2s = cpasync.CopyBulkTensorTileG2SOp()
-    load_a, tma_a = cpasync.make_tiled_tma_atom(g2s, a, cute.slice_(a_smem, (None, None, 0)), (tile[0], tile[2]))
-    load_b, tma_b = cpasync.make_tiled_tma_atom(g2s, b, cute.slice_(b_smem, (None, None, 0)), (tile[1], tile[2]))
+    load_a, tma_a = cpasync.make_tiled_tma_atom(g2s, a, one_stage(a_smem), (tile[0], tile[2]))
+    load_b, tma_b = cpasync.make_tiled_tma_atom(g2s, b, one_stage(b_smem), (tile[1], tile[2]))
     grid = (cute.ceil_div(a.shape[0], BLOCK_M), cute.ceil_div(b.shape[0], n_tile), 1)
     wgmma_kernel(tiled_mma, load_a, tma_a, load_b, tma_b, c, a_smem, b_smem, tile).launch(
         grid=grid, block=(THREADS, 1, 1), stream=stream)
@@ -116,6 +116,18 @@ def _smem_layouts(tile):
     return a_smem, b_smem
 
 
+def one_stage(smem: cute.ComposedLayout) -> cute.ComposedLayout:
+    """Stage 0, (rows, K), of a staged swizzled shared-memory layout, with its swizzle.
+
+    Not `cute.slice_(smem, (None, None, 0))`: in CuTe DSL 4.8.1 the slice simplifies the swizzle against
+    the tile's offsets in elements, but the swizzle acts on byte addresses. An 8 x 16 bf16 tile (N = 8,
+    K = 16) has element offsets below 128, bytes up to 255: the slice drops SW32 (byte bit 7 into bit 4)
+    as if it did nothing, the TMA then stores B unswizzled while the WGMMA reads it swizzled (rows 4-7
+    with their two 16-byte halves swapped). For N = 24, 40, 56, ... (an odd number of 8-row groups) the
+    slice aborts the process. `select` takes the modes as they are."""
+    return cute.select(smem, mode=[0, 1])
+
+
 def tx_bytes(k: int = 16, n_tile: int = 64) -> int:
     """The bytes the kernel's one mbarrier is armed with: the A tile and the B tile in shared memory."""
     from workbook.primer import layouts
@@ -123,7 +135,7 @@ def tx_bytes(k: int = 16, n_tile: int = 64) -> int:
 
     def fn():
         a_smem, b_smem = _smem_layouts((BLOCK_M, n_tile, k))
-        return sum(cute.size_in_bytes(cutlass.BFloat16, cute.slice_(s, (None, None, 0))) for s in (a_smem, b_smem))
+        return sum(cute.size_in_bytes(cutlass.BFloat16, one_stage(s)) for s in (a_smem, b_smem))
     return layouts.trace(fn)
 
 
