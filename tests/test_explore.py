@@ -315,7 +315,7 @@ def test_ui_shows_a_message_not_a_traceback_and_sweeps(tmp_path, capsys):
 
 def test_a_big_wave_picture_draws_each_slots_run_as_one_bar_and_keeps_its_shape():
     gantt = [[(0.0, 1.0, "a"), (1.0, 1.0, "a"), (2.0, 0.75, "b"), (2.75, 0.75, "b")], [(0.5, 1.0, "a"), (2.0, 1.0, "a")]]
-    assert explore._merged(gantt) == [[(0.0, 2.0, "a"), (2.0, 1.5, "b")], [(0.5, 1.0, "a"), (2.0, 1.0, "a")]]
+    assert explore.figures._merged(gantt) == [[(0.0, 2.0, "a"), (2.0, 1.5, "b")], [(0.5, 1.0, "a"), (2.0, 1.0, "a")]]
 
 
 def test_this_gpu_is_offered_first_and_once(tmp_path, monkeypatch):
