@@ -7,9 +7,9 @@
 Method (seed 000): three input sets drawn with seeds 17, 29, 43 and rotated between calls; 10 warm-up
 calls, then the median of 30 calls timed with CUDA events, the kernels taking turns call by call (the order
 rotating) so that the GPU's clock drift is shared out rather than charged to whichever kernel comes last
-(workbook.timing.bench_interleaved; three rounds of 10 before 2026-11-30 session 6); correctness on the
-first 2048 rows of every set against the fp32 reference (kmeans_kernels.reference), reported as the
-lowest match rate of the three. Every kernel gets the same precomputed ||c||^2, as in a Lloyd loop.
+(workbook.timing.bench_interleaved); correctness on the first 2048 rows of every set against the fp32
+reference (kmeans_kernels.reference), reported as the lowest match rate of the three. Every kernel gets the
+same precomputed ||c||^2, as in a Lloyd loop.
 
 Kernels:
 

@@ -3,7 +3,7 @@
     floor.floor(65536, 128, 4096)     # Floor(ms=0.087, bound='tensor cores', tensor_ms=..., epilogue_ms=..., dram_ms=...)
 
 * tensor-core time: the 2 N D K flops of the dot products at about 790 TFLOP/s, the dense bf16 rate a tuned GEMM
-  reaches on the H200 (cuBLAS measured 697-777 TFLOP/s at 4096^3-8192^3, workbook.gpus.H200.measured; the
+  reaches on the H200 (cuBLAS measured 697-777 TFLOP/s at 4096^3-8192^3, gemm_kernels.ceiling; the
   datasheet's 989 is not reached by any kernel);
 * CUDA-core epilogue time: about 4 operations per score (the subtraction, the compare, two selects) on 132 SMs x
   128 FP32 lanes at 1.98 GHz;

@@ -67,3 +67,13 @@ def test_named_configurations_have_one_home():
     assert list(table.name) == [*configs.HOPPER, *configs.BLACKWELL]
     with pytest.raises(ValueError, match="sm_120a"):
         configs.for_arch("sm_120a")
+
+
+def test_the_cublas_ceiling_lies_below_the_datasheet_and_is_sourced():
+    from gemm_kernels import ceiling
+    from workbook import gpus
+    tflops = ceiling.CUBLAS_BF16_TFLOPS
+    assert tflops[4096] < tflops[8192] < gpus.H200.bf16_dense_tflops
+    assert "our H200" in ceiling.SOURCE and all(f"{size}" in ceiling.SOURCE for size in tflops)
+    with pytest.raises(TypeError):
+        tflops[4096] = 1.0

@@ -39,7 +39,6 @@ def test_h200_numbers():
     assert (h.smem_per_sm_kib, h.smem_per_block_kib) == (228, 227)
     assert (h.hbm_tbps, h.bf16_dense_tflops, h.l2_mib) == (4.8, 989.0, 60.0)
     assert h.family == "Hopper" and h.key == "h200"
-    assert h.measured["gemm_bf16_cublas_tflops_4096"] < h.measured["gemm_bf16_cublas_tflops_8192"] < h.bf16_dense_tflops
     assert h.measured["copy_tbps"] < h.hbm_tbps
     assert "our H200" in h.measured_source
 

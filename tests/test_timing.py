@@ -51,7 +51,7 @@ def test_rotation_counts_and_statistics(rng):
     assert t.clock == timing.PERF_COUNTER
 
 
-def test_defaults_are_the_seed_method():
+def test_defaults_are_the_per_call_synchronised_method():
     fake = FakeGpu([1.0, 2.0, 3.0])
     t = timing.bench(fake, [(0, None), (1, None), (2, None)], clock=fake.clock)
     assert len(fake.seen) == 10 + 30 and len(t.samples) == 30
@@ -358,7 +358,7 @@ def test_compare_frame_goes_into_records(tmp_path):
 
 def test_compare_kernel_time_only():
     gpu = NoisyGpu({"a": 1.0, "b": 2.0})
-    cmp = timing.compare(gpu.fns(), [(0,)], baseline="a", rounds=2, calls=1, warmup=0, seed_method=False,
+    cmp = timing.compare(gpu.fns(), [(0,)], baseline="a", rounds=2, calls=1, warmup=0, synchronised=False,
                          clock=gpu.clock)
     assert len(gpu.log) == 2 * 2 * (1 + 1) and not cmp.latency
     assert cmp.ratio("b").value == pytest.approx(2.0)

@@ -1,6 +1,6 @@
 """The shared floor of the workbook: GPU specs, timing, records, plots, SASS tools, the report.
 
-Nothing in here knows about k-means or GEMM; `kmeans_kernels` and `gemm_kernels` build on it.
+Nothing in here knows a particular kernel: the kernel packages build on it.
 """
 from pathlib import Path
 

@@ -91,7 +91,8 @@ B200 = GpuSpec(
         "github.com/pytorch/ao/pull/4002, which also notes that the driver reports a 7680-bit bus, i.e. "
         "about 7.7 TB/s theoretical. 227 KiB per block: the SM's 228 KiB minus the 1 KiB CUDA reserves "
         "(cutlass.cutlass_dsl SMEM_CAPACITY_MAP['sm_100'] in nvidia-cutlass-dsl 4.8.1). 74 = 148 / 2 "
-        "cta_group::2 pairs, as in seed 004. We have no B200: nothing here was measured by us."
+        "cta_group::2 pairs (the two CTAs of a pair share one MMA). We have no B200: nothing here was measured "
+        "by us."
     ),
 )
 
@@ -114,18 +115,15 @@ H200 = GpuSpec(
         "because the SMs of a cluster must share a GPC and GPC sizes differ)."
     ),
     measured={
-        "gemm_bf16_cublas_tflops_4096": 697.0,
-        "gemm_bf16_cublas_tflops_8192": 777.0,
         "copy_tbps": 4.11,
         "max_active_clusters_4cta": 30,
     },
     measured_source=(
         "measured on our H200 (driver 580.159.04, torch 2.11.0+cu130) on 2026-11-30 with workbook.timing.bench "
-        "(3 rotating random input sets, 10 warm-up calls, median of 30): torch.matmul (cuBLAS) bf16 "
-        "M=N=K=4096 and 8192; a 1 GiB device-to-device copy, counting bytes read + written. An earlier run "
-        "on the same kind of machine gave 684 and 749 TFLOP/s and about 4.3 TB/s: expect a few percent between "
-        "runs. 4-CTA clusters: cutlass.utils.HardwareInfo().get_max_active_clusters(4). Orientation only, "
-        "not datasheet numbers."
+        "(3 rotating random input sets, 10 warm-up calls, median of 30): a 1 GiB device-to-device copy, "
+        "counting bytes read + written. An earlier run on the same kind of machine gave about 4.3 TB/s: expect "
+        "a few percent between runs. 4-CTA clusters: cutlass.utils.HardwareInfo().get_max_active_clusters(4). "
+        "Orientation only, not datasheet numbers."
     ),
 )
 

@@ -4,13 +4,13 @@
     launches(key, lambda s: (ptr_a, ptr_b, Int32(M), CUstream(s)), stream)
         # key: every value the arguments encode except the stream; make_args builds them for stream handle s
 
-Why it matters. The seeds' timing method synchronises after every call, so everything the host does between
-the start event and the launch is inside the measured latency. On the H200 machine (probe of 2026-11-30,
-`notes/perf-log.md`) a call of the compiled function cost 26-29 us of host time, 11-12 us of which is the
-compiled host code itself (TMA descriptor encodes and `cuLaunchKernelEx`); the rest is Python turning
-pointers and Int32s into ctypes (`generate_execution_args`). Our own wrappers added another 50-60 us
-(`make_ptr`, `cutlass.Int32`, `torch.cuda.current_stream`), so a 40 us kernel was timed at 80-90 us and the
-4096^3 GEMM lost 20 % to cuBLAS in the synchronised timing while matching it back to back.
+Why it matters. A per-call synchronised timing (`workbook.timing.bench`) synchronises after every call, so
+everything the host does between the start event and the launch is inside the measured latency. On the H200 a
+call of the compiled function cost 26-29 us of host time, 11-12 us of which is the compiled host code itself
+(TMA descriptor encodes and `cuLaunchKernelEx`); the rest is Python turning pointers and Int32s into ctypes
+(`generate_execution_args`). Our own wrappers added another 50-60 us (`make_ptr`, `cutlass.Int32`,
+`torch.cuda.current_stream`), so a 40 us kernel was timed at 80-90 us, and a large matrix product that matched
+the vendor library back to back lost 20 % to it in the synchronised timing (`notes/perf-log.md`).
 
 What a call does, per argument set (keyed by the values it encodes and the stream):
   * first sighting: marshal the arguments and launch directly. A first call costs what a plain launch costs,
@@ -219,7 +219,7 @@ def stream_handle(device: torch.device | int) -> int:
 
 def first_calls(fns: dict, make_inputs: Callable[[int], Sequence], calls: int = 20, warmup: int = 10) -> dict:
     """What a call costs on inputs it has never seen (training-style code: new tensors at every step) and on
-    inputs it has (a benchmark's steady state), by the seeds' per-call-synchronised timing.
+    inputs it has (a benchmark's steady state), by the per-call synchronised timing (`workbook.timing.bench`).
 
     `fns`: {key: fn}; `make_inputs(i)`: a fresh argument tuple. Returns {key: (first, steady, outputs)}, two
     `workbook.timing.Timing`s and the outputs of the first calls (to check them): `first` is `calls` calls,

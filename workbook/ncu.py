@@ -4,10 +4,10 @@
     -> one row per profiled kernel: contender, kernel, and one column per metric in the metric's own unit
        (dram__bytes_read.sum in the unit ncu chose is normalised to GB, durations to ms, clocks to GHz)
 
-The profiling scripts (`tools/ncu_gemm_steps.py`, `tools/ncu_kmeans_steps.py`, and the retired probe that wrote
-data/measured/h200/probes/ncu_*.txt) print `profiled: <what>` to stderr before each kernel they profile, in
-the order ncu then reports them; `read` pairs the two lists. A file whose counts differ is refused, so a
-number is never attached to the wrong contender.
+The profiling scripts (`tools/ncu_*_steps.py`, and the one that wrote data/measured/h200/probes/ncu_*.txt)
+print `profiled: <what>` to stderr before each kernel they profile, in the order ncu then reports them; `read`
+pairs the two lists. A file whose counts differ is refused, so a number is never attached to the wrong
+contender.
 """
 from __future__ import annotations
 

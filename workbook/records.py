@@ -3,14 +3,14 @@
     rows = [{"kernel": "ours", "variant": "ilp2", "N": 65536, "D": 128, "K": 4096,
              "ms_median": t.ms_median, "ms_min": t.ms_min, "ms_max": t.ms_max,
              "tflops": t.tflops(2 * 65536 * 128 * 4096), "match_rate": 1.0}]
-    records.append("h200", "kmeans_assign", rows)      # provenance columns are filled in
-    df = records.read("h200", "kmeans_assign")
+    records.append("h200", "step_latency", rows)       # provenance columns are filled in
+    df = records.read("h200", "step_latency")
 
 A row is `kernel, variant, <shape columns>, ms_median, ms_min, ms_max, tflops, match_rate` followed by
 its provenance `gpu, sm_count, driver, torch, cutlass_dsl, commit, date`. The shape columns are
-whatever the caller measures over (N, D, K for k-means; M, N, K for GEMM): this module does not
-know or care. The first append to a table fixes its columns; later rows must have the same ones,
-so that a table never silently grows blanks.
+whatever the caller measures over (N, D, K, say, or M, N, K): this module does not know or care.
+The first append to a table fixes its columns; later rows must have the same ones, so that a table never
+silently grows blanks.
 
 A row says which device measured it, and `append` refuses rows whose `gpu` column does not name
 the folder's GPU exactly (`folders_for`): numbers taken on one machine cannot end up filed under another.
@@ -68,7 +68,7 @@ def _driver() -> str:
 
 def _commit() -> str:
     # The caller's word wins: a copy of the tree sent to a lent GPU machine may carry no .git, or a stale one
-    # (there it once read f664284-dirty for rows measured at 07240a9).
+    # that names another commit than the one the rows were measured at.
     said = os.environ.get("WORKBOOK_COMMIT")
     if said:
         return said
@@ -109,7 +109,7 @@ def provenance() -> dict[str, Any]:
 
 def _check_name(what: str, value: Any) -> str:
     if not isinstance(value, str) or not _NAME.match(value):
-        raise ValueError(f"{what} must be a lowercase name like 'h200' or 'kmeans_assign' "
+        raise ValueError(f"{what} must be a lowercase name like 'h200' or 'step_latency' "
                          f"(letters, digits, '_', '-', '.'), got {value!r}")
     return value
 

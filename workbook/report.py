@@ -316,7 +316,7 @@ def build(paths: list[Path], out: Path, *, run=True, inplace: bool = False, prog
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("patterns", nargs="*", metavar="pattern",
-                    help="execute only notebooks whose file name contains one of these (e.g. 01 02 _gemm_)")
+                    help="execute only notebooks whose file name contains one of these (e.g. 01 02 _step)")
     ap.add_argument("--inplace", action="store_true", help="write outputs back into notebooks/ (to commit)")
     ap.add_argument("--out", type=Path, default=REPORT, help=f"report folder (default {REPORT})")
     ap.add_argument("--no-execute", dest="run", action="store_false",

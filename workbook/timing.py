@@ -1,11 +1,11 @@
-"""How every kernel in the workbook is timed: the seeds' method, in one function.
+"""How every kernel in the workbook is timed: the per-call synchronised method, in one function.
 
     t = bench(fn, [(x0, c0), (x1, c1), (x2, c2)])    # 10 warm-up calls, 30 timed calls
     t.ms_median, t.ms_min, t.ms_max, t.samples
 
-The method of the PRs this workbook reproduces (seed 000):
+The per-call synchronised method, the one by which the PRs this workbook reproduces report their numbers:
 
-* several independently seeded input sets, rotated between calls, so that a call does not simply
+* several input sets, drawn independently, rotated between calls, so that a call does not simply
   find the previous call's inputs and outputs still in L2;
 * 10 warm-up calls (JIT compilation, caches, clocks), then 30 timed calls;
 * each timed call bracketed by two CUDA events and synchronized, so a sample is one call's time
@@ -21,17 +21,17 @@ Telling two kernels apart: `compare`.
 
     cmp = compare({"serial": f1, "ilp2": f2}, sets, baseline="serial")   # 20 interleaved rounds
     cmp.ratio("ilp2")                     # Ratio(value=0.998, lo=0.991, hi=1.004, rounds=20): "noise"
-    cmp.ratio("ilp2", timing="latency")   # the same from the seeds' synchronised calls
+    cmp.ratio("ilp2", timing="latency")   # the same from the per-call synchronised calls
     records.append("h200", "table", cmp.frame({"N": N, "D": D, "K": K}))
 
 A GPU's clock drifts by several percent within a minute, more than a tuning step changes. `compare` has the
-contenders take turns in rounds of a few milliseconds, times each in a round both ways (the seeds'
+contenders take turns in rounds of a few milliseconds, times each in a round both ways (per-call
 synchronised calls, and calls back to back with no host sync: the kernel's own time, `cycles`), forms each
 ratio round by round (the drift is common to a round and cancels), and reports the median ratio with a
 bootstrap 95 % interval over the rounds. An interval that straddles 1 is called noise.
 
 The summaries of many timings live here too: `geomean` and `geomean_speedup_pct`, the statistic
-every table of the seeds reports, and `geomean_ratio` for Ratios.
+every table of those PRs reports, and `geomean_ratio` for Ratios.
 """
 from __future__ import annotations
 
@@ -131,7 +131,7 @@ def bench(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], warmup: i
 def back_to_back(fn: Callable[..., Any], input_sets: Sequence[Sequence[Any]], calls: int, warmup: int = 10
                  ) -> tuple[float, float]:
     """(GPU ms per call, host ms per call) of `calls` calls launched back to back, with no synchronisation between
-    them, after `warmup` calls: the kernel's own time, without the host time the seeds' method counts (`bench`).
+    them, after `warmup` calls: the kernel's own time, without the host time the per-call synchronised method counts (`bench`).
     Input sets rotate as in `bench`. CUDA only; `compare` times both methods, round by round."""
     _check_count("calls", calls, 1)
     _check_count("warmup", warmup, 0)
@@ -156,21 +156,19 @@ def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequenc
     """`bench` for several contenders at once, interleaved: {name: Timing of `iters` calls}.
 
     A GPU's clock drifts while it works (power and temperature limits): timed one after the other, whoever
-    comes first runs on the coolest chip. On the H200 the *same* kernel timed twice in a row, 40 calls of
-    ~4 ms apart, read 3.68 and 4.15 ms (data/measured/h200/kmeans_assign.csv, the rows of commit c3fd2f6), and
-    one torch.matmul at 4096^3 read 0.175 and 0.205 ms in two rounds a minute apart
-    (data/measured/h200/probes/gemm_narrow_rounds.csv). So every contender first gets its `warmup` calls, then
-    the timed calls go in `rounds` rounds (default `iters`: one call of each contender per round), the order
-    rotating from round to round, each call timed on its own as `bench` times it. The drift is shared out
+    comes first runs on the coolest chip. On the H200 the *same* kernel timed twice in a row has read 13 %
+    apart, and one vendor library call 17 % apart in two rounds a minute apart (notes/perf-log.md). So every
+    contender first gets its `warmup` calls, then the timed calls go in `rounds` rounds (default `iters`: one
+    call of each contender per round), the order rotating from round to round, each call timed on its own as
+    `bench` times it. The drift is shared out
     instead of handed to the last in line; with one call per round, contenders that take turns call by call
     see the same chip. The input sets rotate over all calls of all contenders together, so no call finds the
     previous call's inputs (the same tensors for every contender) still in L2.
 
     Every later turn starts with `settle` untimed calls, so a timed call follows a call of its own contender:
-    on the H200, taking turns call by call with our CUDA-graph launches, torch.matmul at 4096^3 read 13 % slower
-    in one benchmark run (probes/gemm_bench_unsettled_turns_4c5b42d.csv) and 3 % slower than taking turns with
-    itself in one probe (probes/gemm_turns.csv), though not in a second: a cost of taking turns, not of either
-    kernel, and one that settling removes.
+    on the H200 a vendor library call taking turns call by call with our CUDA-graph launches has read up to
+    13 % slower than it runs (notes/perf-log.md): a cost of taking turns, not of either kernel, and one that
+    settling removes.
     """
     rounds = iters if rounds is None else rounds
     _check_count("rounds", rounds, 1)
@@ -206,7 +204,7 @@ def geomean(values: Iterable[float]) -> float:
 def geomean_speedup_pct(speedups_pct: Iterable[float]) -> float:
     """The geometric-mean speedup of per-case speedups given in percent: geomean(1 + p/100) - 1, in percent.
 
-    This is how the seeds summarize a table (seed 000: "7.77% geometric-mean speedup"); it is not
+    This is how the PRs the workbook reproduces summarise a table ("7.77% geometric-mean speedup"); it is not
     the arithmetic mean of the percentages, which overweights the large ones.
     """
     return (geomean(1.0 + p / 100.0 for p in speedups_pct) - 1.0) * 100.0
@@ -356,7 +354,7 @@ def geomean_ratio(ratios: Sequence[Ratio], *, resamples: int = BOOTSTRAP_RESAMPL
 
 @dataclass(frozen=True)
 class Comparison:
-    """What `compare` measured. `latency[name]`: every synchronised call (the seeds' way); `kernel[name]`: one
+    """What `compare` measured. `latency[name]`: every synchronised call (`bench`'s method); `kernel[name]`: one
     sample per round, the mean of that round's back-to-back calls. `per_round[timing][name]`: the per-round
     value of each timing (for latency, the median of the round's calls) from which ratios are formed."""
     names: tuple[Any, ...]
@@ -449,18 +447,18 @@ def _check_timing(timing: str, measured: Mapping[str, Any]) -> None:
     if timing not in TIMINGS:
         raise ValueError(f"timing must be one of {TIMINGS}, got {timing!r}")
     if timing not in measured:
-        raise ValueError(f"{timing} was not measured (compare(..., seed_method=False) times only the kernel)")
+        raise ValueError(f"{timing} was not measured (compare(..., synchronised=False) times only the kernel)")
 
 
 def compare(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence[Any]], *, baseline: Any,
-            rounds: int = 20, calls: int = 10, warmup: int = 10, seed_method: bool = True, settle: int = 1,
+            rounds: int = 20, calls: int = 10, warmup: int = 10, synchronised: bool = True, settle: int = 1,
             clock: Callable[[], float] | None = None) -> Comparison:
     """Time several contenders against a baseline in interleaved rounds; both timings, ratios with intervals.
 
     Every contender first gets `warmup` untimed calls. Then, in each of `rounds` rounds, the contenders take
     turns in an order that rotates from round to round, and each gets
-      (a) with `seed_method`, `calls` synchronised calls, each between two CUDA events (`bench`): the latency
-          a user sees, launch included, as the seeds measured it;
+      (a) with `synchronised`, `calls` synchronised calls, each between two CUDA events (`bench`): the latency
+          a user sees, launch included, as the reproduced PRs measured it;
       (b) `calls` calls back to back between two events, no host synchronisation (`cycles`): the kernel's
           own time.
     A round lasts milliseconds, so the GPU's clock drift is the same for every contender of a round; each
@@ -491,11 +489,11 @@ def compare(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence
             position += 1
     latency_samples: dict[Any, list[float]] = {name: [] for name in names}
     per_round: dict[str, dict[Any, list[float]]] = {KERNEL: {name: [] for name in names}}
-    if seed_method:
+    if synchronised:
         per_round = {LATENCY: {name: [] for name in names}, **per_round}
     clocks = {}
     for r in range(rounds):
-        if seed_method:
+        if synchronised:
             for name in _turn_order(names, r):
                 t = bench(fns[name], input_sets, warmup=settle, iters=calls, clock=clock, offset=position)
                 position += settle + calls
@@ -514,7 +512,7 @@ def compare(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence
                       clock=clock_name)
 
     return Comparison(names=tuple(names), baseline=baseline,
-                      latency={name: timing_of(v) for name, v in latency_samples.items()} if seed_method else {},
+                      latency={name: timing_of(v) for name, v in latency_samples.items()} if synchronised else {},
                       kernel={name: timing_of(v) for name, v in per_round[KERNEL].items()},
                       per_round={t: {name: tuple(v) for name, v in d.items()} for t, d in per_round.items()},
                       calls=calls)

@@ -222,7 +222,7 @@ plt.show()
 # kernel cannot avoid three costs, and on the H200 each has a rate:
 #
 # * **tensor cores**: `2·N·D·K` FLOPs (a multiply and an add per term of every dot product) at about 790 TFLOP/s,
-#   the dense bf16 rate a tuned GEMM reaches on our H200 (cuBLAS's, in `gpus.H200.measured`; the datasheet's
+#   the dense bf16 rate a tuned GEMM reaches on our H200 (cuBLAS's, in `gemm_kernels.ceiling`; the datasheet's
 #   989 is a peak nobody reaches);
 # * **CUDA cores**: the argmin, about 4 operations per score (the score from the half norm and the dot product,
 #   compare, select the score, select the index) for `N·K` scores, on 132 SMs × 128 lanes at 1.98 GHz;

@@ -108,7 +108,7 @@ class Reference:
 class Problem(abc.ABC):
     """What a kernel package tells the explorer about its problem. Subclasses set the class attributes and
     implement the abstract methods; `references`, `describe` and `measure` are optional."""
-    name: str                          # shown in the UI, e.g. "k-means assignment"
+    name: str                          # shown in the UI, e.g. "matrix product"
     dims: tuple[Dim, ...]              # the shape's dimensions, in order
     table: str                         # its benchmark's table: data/measured/<gpu>/<table>.csv
     gpus: tuple[str, ...] = ("h200", "b200")

@@ -14,5 +14,5 @@ functions whose source is in a file).
     exercises    checkers for the notebooks' exercises
 
 Every lesson module has `compile(..., arch=...) -> workbook.sass.Artifacts` (no GPU needed) and a run
-function that takes torch CUDA tensors and returns a torch tensor. Nothing here knows about k-means or GEMM.
+function that takes torch CUDA tensors and returns a torch tensor. Nothing here knows the kernel packages.
 """
