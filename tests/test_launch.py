@@ -311,3 +311,58 @@ def test_gemm_compiles_are_keyed_by_device_and_made_there(devices, monkeypatch):
     finally:
         hopper_host._launches.cache_clear()
         blackwell_host._compiled.cache_clear()
+
+
+class FakeCudaTensor:
+    """What the step hosts read of a CUDA tensor: shape, dtype, device and address."""
+
+    def __init__(self, shape, dtype, device, address):
+        self.shape, self.dtype, self.device, self._address = shape, dtype, torch.device("cuda", device), address
+
+    def data_ptr(self):
+        return self._address
+
+
+def test_kmeans_step_launcher_is_keyed_by_device_and_launches_there(devices, fake_graphs, monkeypatch):
+    """kmeans_kernels.steps.host.Launcher: x on cuda:1 with cuda:0 current compiles (once) and launches with
+    device 1 current, on device 1's stream, in a cache of its own; cuda:0 gets another."""
+    from kmeans_kernels.steps import host
+    compiled_on, launched_on, streams_of = [], [], []
+    monkeypatch.setattr(host.cute, "compile", lambda *a, **k: compiled_on.append(torch.cuda.current_device())
+                        or FakeCompiled(devices=launched_on))
+    monkeypatch.setattr(host, "check_inputs", lambda x, c, c_sq, out, d_max: (c_sq, out))
+
+    def stream_handle(device):                 # as launch.stream_handle: a torch.device or an index
+        index = device if isinstance(device, int) else device.index
+        return streams_of.append(index) or 100 + index
+    monkeypatch.setattr(launch, "stream_handle", stream_handle)
+    made = []
+    launcher = host.Launcher(lambda D, dtype: made.append((D, dtype)) or object())
+    for device in (1, 1, 0):
+        x, c = (FakeCudaTensor((64, 128), torch.bfloat16, device, 1 << 20),
+                FakeCudaTensor((32, 128), torch.bfloat16, device, 2 << 20))
+        c_sq, out = (FakeCudaTensor((32,), torch.float32, device, 3 << 20),
+                     FakeCudaTensor((64,), torch.int32, device, 4 << 20))
+        assert launcher(x, c, c_sq, out) is out
+    assert compiled_on == [1, 0] and launched_on == [1, 1, 0] and streams_of == [1, 1, 0] and len(made) == 2
+    one, zero = launcher.launches(128, torch.bfloat16, 1), launcher.launches(128, torch.bfloat16, 0)
+    assert (one.device, zero.device) == (1, 0) and one is not zero and len(made) == 2
+    assert devices["current"] == 0
+
+
+def test_gemm_step_launches_are_keyed_by_device_and_launch_there(devices, fake_graphs, monkeypatch):
+    """gemm_kernels.steps.common: a step's kernel compiles once per device, with that device current, and each
+    launch runs on its tensor's device and stream whatever the current device is."""
+    import cutlass.cute as cute
+    from gemm_kernels.steps import common
+    compiled_on, launched_on, streams_of = [], [], []
+    monkeypatch.setattr(cute, "compile", lambda *a, **k: compiled_on.append(torch.cuda.current_device())
+                        or FakeCompiled(devices=launched_on))
+    monkeypatch.setattr(launch, "stream_handle", lambda device: streams_of.append(device) or 100 + device)
+    launches = common.launches_for(object(), ("dummy", "args"))
+    assert compiled_on == []                                       # nothing compiled before a launch
+    for device in (1, 1, 0):
+        common.run(launches, ("a", device), lambda s: ("a", s), torch.device("cuda", device))
+    assert compiled_on == [1, 0] and launched_on == [1, 1, 0] and streams_of == [1, 1, 0]
+    assert (launches.on(1).device, launches.on(0).device) == (1, 0) and launches.on(1) is not launches.on(0)
+    assert compiled_on == [1, 0] and devices["current"] == 0

@@ -5,12 +5,11 @@ from one step to the next is the idea of the step and nothing else.
 
     M, N, K, out = operands(a, b, out)           # ValueError on anything a step cannot take
     art = compile_step(kernel, args, arch)       # workbook.sass.Artifacts, no GPU needed
-    launches = launches_for(kernel, args)        # compiled for the GPU, launched through workbook.launch
+    launches = launches_for(kernel, args)        # compiled per GPU at first use, launched via workbook.launch
     run(launches, key, make_args, device)
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 
 import cuda.bindings.driver as cuda_driver
@@ -111,19 +110,35 @@ def compile_step(kernel, args, arch: str = ARCH, dump_dir=None) -> sass.Artifact
     return sass.compile_for(kernel, *args, arch=arch, dump_dir=dump_dir)
 
 
-def launches_for(kernel, args) -> launch.LaunchCache:
-    """`kernel(*args)` compiled for this GPU (a Hopper one) behind a launch cache (workbook.launch: the arguments
-    of each call marshalled once and replayed as a CUDA graph, as the production GEMM launches). The step kernels
-    are shape-generic, so `args` may hold dummy addresses and sizes."""
-    import cutlass.cute as cute
-    return launch.LaunchCache(cute.compile(kernel, *args, options=f"--gpu-arch {ARCH}"))
+class StepLaunches:
+    """`kernel(*args)` compiled for each Hopper GPU on first use there (with that device current, as the
+    production GEMM compiles), each compile behind a launch cache of its device (workbook.launch: the arguments
+    of each call marshalled once and replayed as a CUDA graph). The step kernels are shape-generic, so `args`
+    may hold dummy addresses and sizes."""
+
+    def __init__(self, kernel, args):
+        self.kernel, self.args = kernel, tuple(args)
+        self._by_device: dict[int, launch.LaunchCache] = {}
+
+    def on(self, device: int) -> launch.LaunchCache:
+        """The launch cache of CUDA device `device`, compiling the kernel there on first use."""
+        found = self._by_device.get(device)
+        if found is None:
+            import cutlass.cute as cute
+            with launch.on_device(device):
+                compiled = cute.compile(self.kernel, *self.args, options=f"--gpu-arch {ARCH}")
+            found = self._by_device[device] = launch.LaunchCache(compiled, device=device)
+        return found
 
 
-def run(launches: launch.LaunchCache, key, make_args, device: torch.device) -> None:
+def launches_for(kernel, args) -> StepLaunches:
+    """`kernel(*args)`'s compiles and launch caches, one per device (`StepLaunches`)."""
+    return StepLaunches(kernel, args)
+
+
+def run(launches: StepLaunches, key, make_args, device: torch.device) -> None:
     """Launch on the current stream of `device`: `make_args(stream)` builds the arguments for a CUstream, `key`
-    is every value they encode but the stream. The device is switched only when it is not the current one
-    (a switch costs host time, which the synchronised timing counts)."""
+    is every value they encode but the stream. The launch runs with `device` current (the cache switches only
+    when it is not current already: a switch costs host time, which the synchronised timing counts)."""
     index = device.index if device.index is not None else torch.cuda.current_device()
-    switch = contextlib.nullcontext() if index == torch.cuda.current_device() else torch.cuda.device(index)
-    with switch:
-        launches(key, lambda s: make_args(cuda_driver.CUstream(s)), launch.stream_handle(index))
+    launches.on(index)(key, lambda s: make_args(cuda_driver.CUstream(s)), launch.stream_handle(index))

@@ -66,20 +66,28 @@ def compile(kernel, dtype: torch.dtype, arch: str = "sm_90a") -> sass.Artifacts:
 
 class Launcher:
     """`assign` for one kernel class: `make(D, cutlass dtype, **options)` builds the kernel, compiled on first
-    use per (D, dtype, options) and launched through a workbook.launch.LaunchCache."""
+    use per (D, dtype, options, device) with that device current, and launched through a
+    workbook.launch.LaunchCache of that device, so x on another GPU than the current one runs there."""
 
     def __init__(self, make, d_max: int = D_MAX):
         self.make, self.d_max = make, d_max
         self._compiled: dict[tuple, launch.LaunchCache] = {}
 
+    def launches(self, D: int, dtype: torch.dtype, device: int, **options) -> launch.LaunchCache:
+        """The compiled kernel for (D, dtype, options) on CUDA device `device`, behind its launch cache."""
+        key = (D, dtype, tuple(sorted(options.items())), device)
+        found = self._compiled.get(key)
+        if found is None:
+            kernel = self.make(D, DTYPES[dtype], **options)
+            with launch.on_device(device):
+                compiled = cute.compile(kernel, *placeholder_args(dtype), options="--gpu-arch sm_90a")
+            found = self._compiled[key] = launch.LaunchCache(compiled, device=device)
+        return found
+
     def __call__(self, x, c, c_sq=None, out=None, **options) -> torch.Tensor:
         c_sq, out = check_inputs(x, c, c_sq, out, self.d_max)
-        key = (x.shape[1], x.dtype, tuple(sorted(options.items())))
-        if key not in self._compiled:
-            kernel = self.make(x.shape[1], DTYPES[x.dtype], **options)
-            self._compiled[key] = launch.LaunchCache(cute.compile(kernel, *placeholder_args(x.dtype),
-                                                                  options="--gpu-arch sm_90a"))
+        device = x.device.index
         addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), x.shape[0], c.shape[0])
-        self._compiled[key](addrs, lambda s: kernel_args(x.dtype, *addrs, cuda.CUstream(s)),
-                            launch.stream_handle(x.device))
+        self.launches(x.shape[1], x.dtype, device, **options)(
+            addrs, lambda s: kernel_args(x.dtype, *addrs, cuda.CUstream(s)), launch.stream_handle(device))
         return out
