@@ -42,6 +42,24 @@ def check_sizes(**sizes) -> None:
                              f"integers, so each of M, N, K must be at most {MAX_SIZE} (2^31 - 256)")
 
 
+def check_operand(name: str, t, dtypes: tuple = (torch.bfloat16,)) -> None:
+    """`t` a contiguous (row-major) 2-D CUDA tensor of one of `dtypes` that starts on a 16-byte boundary (TMA's
+    rule), or a ValueError that names it. Every call pays for these checks in the synchronised timing: cheap
+    attribute reads only."""
+    if not isinstance(t, torch.Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype not in dtypes:
+        raise ValueError(f"{name} must be {' or '.join(str(d).removeprefix('torch.') for d in dtypes)}, "
+                         f"got {t.dtype}")
+    if not t.is_cuda:
+        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
+    if t.dim() != 2 or not t.is_contiguous():
+        raise ValueError(f"{name} must be a contiguous (row-major) 2-D tensor, got shape {tuple(t.shape)}, "
+                         f"strides {t.stride()}")
+    if t.data_ptr() % 16:
+        raise ValueError(f"{name} must start on a 16-byte boundary for TMA (a fresh tensor does)")
+
+
 def gemm(a: torch.Tensor, b: torch.Tensor, options=None, **overrides) -> torch.Tensor:
     """a @ b on the tensor cores of this GPU. `options`: the backend's Options (`hopper_options.Options` on an
     H100/H200, `blackwell_options.Options` on a B200); keyword arguments override its fields (tile, stages,

@@ -164,8 +164,9 @@ def _line(r, torch_tflops: float) -> str:
             f"rel err {r['max_rel_err']:.2e}")
 
 
-def _shape(text: str):
-    """An MxNxK entry of --shapes, refused at parse time (before anything runs) unless a GEMM can take its sizes."""
+def shape_arg(text: str):
+    """An MxNxK command-line shape (argparse `type=`), refused at parse time (before anything runs) unless a GEMM
+    can take its sizes."""
     try:
         M, N, K = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -180,7 +181,7 @@ def _shape(text: str):
 def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m gemm_kernels.bench", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", type=_shape, nargs="+", help="MxNxK shapes (default: squares + poor-wave shapes)")
+    p.add_argument("--shapes", type=shape_arg, nargs="+", help="MxNxK shapes (default: squares + poor-wave shapes)")
     p.add_argument("--variants", nargs="+", metavar="NAME",
                    help="configurations to time (default: all of this GPU's); on H200: " + "; ".join(configs.HOPPER))
     p.add_argument("--gpu", choices=("h200", "b200"), default=None,

@@ -14,7 +14,6 @@ lookup, the operand checks and a graph launch.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream
 
+from gemm_kernels import check_operand
 from gemm_kernels.hopper import HopperGemm
 from gemm_kernels.hopper_options import ALIGN, ARCH, TILE_K, TILE_M, Config, Options, check_shape, config_for
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
@@ -114,25 +114,10 @@ def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch
                                                     make_fake_stream()), arch=arch, dump_dir=dump_dir)
 
 
-def _check_operand(name: str, t) -> None:
-    # Every call pays for these checks in the synchronised timing: cheap attribute reads only.
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype is not torch.bfloat16:
-        raise ValueError(f"{name} must be bfloat16, got {t.dtype}")
-    if not t.is_cuda:
-        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
-    if t.dim() != 2 or not t.is_contiguous():
-        raise ValueError(f"{name} must be a contiguous (row-major) 2-D tensor, got shape {tuple(t.shape)} "
-                         f"strides {t.stride()}")
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} must start on a 16-byte boundary for TMA (a fresh tensor does)")
-
-
 def _operands(a, b) -> tuple[int, int, int, int]:
     """(M, N, K, device) of checked operands for c = a @ b."""
-    _check_operand("a", a)
-    _check_operand("b", b)
+    check_operand("a", a)
+    check_operand("b", b)
     device = a.get_device()
     if b.get_device() != device:
         raise ValueError(f"a and b must be on one device, got {a.device} and {b.device}")
@@ -154,13 +139,13 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
     if out is None:
         out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     else:
-        _check_operand("out", out)
+        check_operand("out", out)
         if out.shape != (M, N) or out.get_device() != device:
             raise ValueError(f"out must be [{M}, {N}] on {a.device}, got {tuple(out.shape)} on {out.device}")
 
     # The launch goes to the current device and stream; only switch devices when `a` lives elsewhere
     # (the switch costs host time, which the per-call-synchronised benchmark would count).
-    with contextlib.nullcontext() if device == torch.cuda.current_device() else torch.cuda.device(device):
+    with launch.on_device(device):
         _launch(call, a, b, out, launch.stream_handle(device))
     return out
 

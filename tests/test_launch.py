@@ -24,6 +24,16 @@ class FakeCompiled:
             self.devices.append(torch.cuda.current_device())
 
 
+class FakeCudaTensor:
+    """What the hosts' run functions read of a CUDA tensor: shape, dtype, device and address."""
+
+    def __init__(self, shape, dtype, device, address):
+        self.shape, self.dtype, self.device, self._address = shape, dtype, torch.device("cuda", device), address
+
+    def data_ptr(self):
+        return self._address
+
+
 CAPTURE_STREAM = 999          # the stand-in side stream that captures run on
 
 
@@ -225,14 +235,7 @@ def test_kmeans_caches_are_keyed_by_device_and_launch_there(devices, fake_graphs
                         or FakeCompiled(devices=launched_on))
     monkeypatch.setattr(launch, "stream_handle", lambda device: streams_of.append(device) or 100 + device)
     hopper._launches.cache_clear()
-
-    class Tensor:   # what run() reads of a CUDA tensor
-        def __init__(self, shape, dtype, device, address):
-            self.shape, self.dtype, self.device, self._address = shape, dtype, torch.device("cuda", device), address
-
-        def data_ptr(self):
-            return self._address
-
+    Tensor = FakeCudaTensor
     try:
         for device in (1, 1, 0):
             x, c = Tensor((64, 128), torch.bfloat16, device, 1 << 20), Tensor((32, 128), torch.bfloat16, device, 2 << 20)
@@ -311,16 +314,6 @@ def test_gemm_compiles_are_keyed_by_device_and_made_there(devices, monkeypatch):
     finally:
         hopper_host._launches.cache_clear()
         blackwell_host._compiled.cache_clear()
-
-
-class FakeCudaTensor:
-    """What the step hosts read of a CUDA tensor: shape, dtype, device and address."""
-
-    def __init__(self, shape, dtype, device, address):
-        self.shape, self.dtype, self.device, self._address = shape, dtype, torch.device("cuda", device), address
-
-    def data_ptr(self):
-        return self._address
 
 
 def test_kmeans_step_launcher_is_keyed_by_device_and_launches_there(devices, fake_graphs, monkeypatch):

@@ -93,17 +93,10 @@ def profile(M: int, N: int, K: int) -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def _shape(text: str):
-    try:
-        M, N, K = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape must be MxNxK, got {text!r}") from None
-    return M, N, K
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shape", type=_shape, default=(8192, 8192, 8192))
+    from gemm_kernels.bench import shape_arg
+    p.add_argument("--shape", type=shape_arg, default=(8192, 8192, 8192))
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--ncu", default="ncu")
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)    # the profiled child

@@ -254,6 +254,15 @@ def cycles(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence[
     if on_gpu and clock is not None:
         raise ValueError("clock= only applies to CPU timing; CUDA tensors are timed with CUDA events")
     now = clock or time.perf_counter
+
+    def mark():
+        """A point in time: a recorded CUDA event on the GPU, the clock's reading on the host."""
+        if not on_gpu:
+            return now()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
     position = offset
     out = []
     for i in range(first, first + count):
@@ -265,20 +274,11 @@ def cycles(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence[
             for _ in range(settle):
                 fn(*input_sets[position % n])
                 position += 1
-            if on_gpu:
-                start = torch.cuda.Event(enable_timing=True)
-                start.record()
-            else:
-                start = now()
+            start = mark()
             for _ in range(calls):
                 fn(*input_sets[position % n])
                 position += 1
-            if on_gpu:
-                end = torch.cuda.Event(enable_timing=True)
-                end.record()
-            else:
-                end = now()
-            marks[name] = (start, end)
+            marks[name] = (start, mark())
         if on_gpu:
             torch.cuda.synchronize()
             out.append({name: s.elapsed_time(e) / calls for name, (s, e) in marks.items()})

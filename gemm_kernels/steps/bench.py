@@ -25,6 +25,7 @@ import math
 import torch
 
 from gemm_kernels import steps as steps_pkg
+from gemm_kernels.bench import shape_arg
 
 SQUARES = ((4096, 4096, 4096), (8192, 8192, 8192), (16384, 16384, 16384))
 POOR_WAVE = (2560, 7168, 8192)
@@ -126,17 +127,9 @@ def summary(frame, timing: str = "kernel") -> str:
     return "\n".join(lines)
 
 
-def _shape(text: str):
-    try:
-        M, N, K = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"shape must be MxNxK, got {text!r}") from None
-    return M, N, K
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", type=_shape, nargs="+", help="MxNxK shapes (default: the four of the story)")
+    p.add_argument("--shapes", type=shape_arg, nargs="+", help="MxNxK shapes (default: the four of the story)")
     p.add_argument("--quick", action="store_true", help="4096^3 and the poor-wave shape, 5 rounds")
     p.add_argument("--rounds", type=int, default=None, help="interleaved rounds per shape (default 20; 5 quick)")
     p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")

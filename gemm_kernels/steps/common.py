@@ -18,6 +18,7 @@ import torch
 import cutlass
 from cutlass.cute.runtime import make_fake_stream
 
+from gemm_kernels import check_operand
 from workbook import launch, sass
 
 ARCH = "sm_90a"
@@ -48,21 +49,6 @@ def check_shape(M: int, N: int, K: int) -> None:
                          f"b [K, N] and c [M, N] to start on 16-byte boundaries")
 
 
-def _check_tensor(name: str, t, dtype=None) -> None:
-    if not isinstance(t, torch.Tensor):
-        raise ValueError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dtype not in DTYPES or (dtype is not None and t.dtype != dtype):
-        want = dtype if dtype is not None else " or ".join(map(str, DTYPES))
-        raise ValueError(f"{name} must be {want}, got {t.dtype}")
-    if not t.is_cuda:
-        raise ValueError(f"{name} must be on a CUDA device, got {t.device}")
-    if t.dim() != 2 or not t.is_contiguous():
-        raise ValueError(f"{name} must be a contiguous (row-major) 2-D tensor; got shape {tuple(t.shape)}, "
-                         f"strides {t.stride()}")
-    if t.data_ptr() % 16:
-        raise ValueError(f"{name} must start on a 16-byte boundary for TMA (a fresh tensor does)")
-
-
 @functools.lru_cache(maxsize=None)
 def _check_hopper(device: int) -> None:
     # once per device: every call pays for its checks in the synchronised timing
@@ -74,8 +60,8 @@ def _check_hopper(device: int) -> None:
 def operands(a, b, out=None):
     """(M, N, K, out) for c = a @ b with a [M, K] and b [K, N] row-major, one dtype (bf16 or fp16), one CUDA
     device; `out` [M, N] of that dtype is allocated when not given. ValueError on anything else."""
-    _check_tensor("a", a)
-    _check_tensor("b", b, a.dtype)
+    check_operand("a", a, tuple(DTYPES))           # the production GEMM's operand rule, with the steps' dtypes
+    check_operand("b", b, (a.dtype,))
     if b.device != a.device:
         raise ValueError(f"a and b must be on one device, got {a.device} and {b.device}")
     (M, K), (K2, N) = a.shape, b.shape
@@ -85,7 +71,7 @@ def operands(a, b, out=None):
     _check_hopper(a.get_device())
     if out is None:
         return M, N, K, torch.empty((M, N), dtype=a.dtype, device=a.device)
-    _check_tensor("out", out, a.dtype)
+    check_operand("out", out, (a.dtype,))
     if tuple(out.shape) != (M, N) or out.device != a.device:
         raise ValueError(f"out must be [{M}, {N}] on {a.device}, got {tuple(out.shape)} on {out.device}")
     return M, N, K, out

@@ -3,16 +3,15 @@
 
     from gemm_kernels.steps import exercises
     print(exercises.question("stages"))
-    exercises.check("stages", 5)          # -> a Result: renders as a tick or as a hint, never the answer
+    exercises.check("stages", 5)          # -> a workbook.exercises.Verdict: right, or a hint (never the answer)
     exercises.solution("stages")          # the worked answer, for the folded-away cell
 
 Names: "stages" (notebook 10), "stage_gain" (11), "waves" and "balance" (12).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from workbook import gpus
+from workbook.exercises import Verdict
 
 
 def _stages(tile, epilogue):
@@ -75,24 +74,6 @@ HINTS = {
 }
 
 
-@dataclass(frozen=True)
-class Result:
-    name: str
-    correct: bool
-    message: str
-
-    def __bool__(self) -> bool:
-        return self.correct
-
-    def __str__(self) -> str:
-        return ("correct: " if self.correct else "not yet: ") + self.message
-
-    def _repr_html_(self) -> str:
-        color = "#116329" if self.correct else "#82071e"
-        mark = "&#10004;" if self.correct else "&#10008;"
-        return f"<span style='color:{color}'>{mark} {'correct' if self.correct else 'not yet'}</span>: {self.message}"
-
-
 def question(name: str) -> str:
     if name not in QUESTIONS:
         raise ValueError(f"no exercise {name!r}; exercises: {sorted(QUESTIONS)}")
@@ -106,7 +87,7 @@ def _close(a, b) -> bool:
         return False
 
 
-def check(name: str, answer) -> Result:
+def check(name: str, answer) -> Verdict:
     """Compare `answer` with the library's; the message is a hint when it differs (never the answer)."""
     expected = _answer(name)
     if isinstance(expected, tuple):      # (waves, makespan) or (width, makespan): numbers to 2 decimals
@@ -116,7 +97,7 @@ def check(name: str, answer) -> Result:
         ok = isinstance(answer, (set, frozenset, list, tuple)) and set(answer) == expected
     else:
         ok = not isinstance(answer, bool) and answer == expected
-    return Result(name, ok, "it matches gemm_kernels' own arithmetic." if ok else HINTS[name])
+    return Verdict(ok, "it matches gemm_kernels' own arithmetic." if ok else HINTS[name])
 
 
 def solution(name: str) -> str:

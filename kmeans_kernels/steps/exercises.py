@@ -4,38 +4,19 @@
     exercises.chain_depth(60)                 # notebook 04: predict, then the checker says and shows the SASS
     exercises.tie_rule("my_steps/step1_serial.py")   # break the tie rule in your copy: is it caught?
 
-Each checker returns a `Verdict` that renders as text and in a notebook. Where the answer follows from the
+Each checker returns a `workbook.exercises.Verdict` that renders as text and in a notebook. Where the answer follows from the
 kernel, the checker computes it from the step module (`kmeans_kernels.steps.anatomy`, `stages_for`, ...) and
 confirms it in the compiled SASS, so a checker cannot drift from the code it is about.
 """
 from __future__ import annotations
 
-import html
 import re
-from dataclasses import dataclass
 from pathlib import Path
 
 from kmeans_kernels import sass_checks
 from kmeans_kernels.steps import anatomy
 from workbook import sass, stepper
-
-
-@dataclass(frozen=True)
-class Verdict:
-    correct: bool
-    message: str
-
-    def __bool__(self) -> bool:
-        return self.correct
-
-    def __str__(self) -> str:
-        return ("Right. " if self.correct else "Not yet. ") + self.message
-
-    __repr__ = __str__
-
-    def _repr_html_(self) -> str:
-        color = "#1a7f37" if self.correct else "#9a6700"
-        return f"<p style='color:{color}'><b>{'Right.' if self.correct else 'Not yet.'}</b> {html.escape(self.message)}</p>"
+from workbook.exercises import Verdict
 
 
 def _number(answer, what: str) -> float:

@@ -1,4 +1,5 @@
-"""What the lesson modules share: fake tensors to compile against, torch tensors to run with, input checks."""
+"""What the lesson modules share: fake tensors to compile against, torch tensors to run with, input checks, and
+the host side of the two `C = A @ B^T` tile lessons (`compile_tile`, `tile_matmul_t`)."""
 from __future__ import annotations
 
 import cutlass
@@ -6,7 +7,7 @@ import cutlass.cute as cute
 import torch
 from cutlass.cute.runtime import from_dlpack, make_fake_compact_tensor, make_fake_stream
 
-from workbook import gpus
+from workbook import gpus, sass
 
 CUTLASS_DTYPES = {torch.float32: cutlass.Float32, torch.bfloat16: cutlass.BFloat16,
                   torch.float16: cutlass.Float16, torch.int32: cutlass.Int32}
@@ -80,3 +81,35 @@ def device_arch(device: torch.device, allowed: tuple[str, ...] = ("sm_90a", "sm_
                            f"is {arch}")
     return arch
 
+
+
+def compile_tile(host, k: int, n_tile: int, arch: str) -> sass.Artifacts:
+    """A tile lesson's `host(a, b, c, n_tile, stream)` compiled for `arch` with no GPU: A [M, k] and B [N, k]
+    bf16, C [M, N] fp32 (M and N runtime values, N a multiple of 4)."""
+    a = fake_matrix(cutlass.BFloat16, k, rows_name="M")
+    b = fake_matrix(cutlass.BFloat16, k, rows_name="N")
+    c = fake_matrix(cutlass.Float32, cute.sym_int32(symbol="N", divisibility=4), rows_name="M")
+    return sass.compile_for(host, a, b, c, n_tile, fake_stream(), arch=arch)
+
+
+def tile_matmul_t(host, name: str, a: torch.Tensor, b: torch.Tensor, n_tile: int, out: torch.Tensor | None,
+                  check, arch: str) -> torch.Tensor:
+    """a @ b.T in fp32 through a tile lesson's `host` for bf16 CUDA matrices a [M, K], b [N, K]: the inputs
+    checked (`check(K, n_tile)`: the lesson's own limits), the kernel compiled once per (`name`, K, n_tile)
+    for `arch`, which the device must be."""
+    require(a, "a", dtypes=(torch.bfloat16,), ndim=2)
+    require(b, "b", dtypes=(torch.bfloat16,), ndim=2)
+    if a.shape[1] != b.shape[1]:
+        raise ValueError(f"a and b must have the same K: {tuple(a.shape)} vs {tuple(b.shape)}")
+    check(a.shape[1], n_tile)
+    shape = (a.shape[0], b.shape[0])
+    out = torch.empty(shape, dtype=torch.float32, device=a.device) if out is None else out
+    require(out, "out", dtypes=(torch.float32,), ndim=2)
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out must have shape {shape}, got {tuple(out.shape)}")
+    arch = device_arch(a.device, allowed=(arch,))
+    cute_out = runtime_tensor(out).mark_compact_shape_dynamic(mode=1, stride_order=(0, 1), divisibility=4)
+    args = [runtime_tensor(a), runtime_tensor(b), cute_out]
+    compiled = compiled_for_device((name, a.shape[1], n_tile), host, *args, n_tile, stream(a.device), arch=arch)
+    compiled(*args, stream(a.device))
+    return out

@@ -152,28 +152,9 @@ def _check(k: int, n_tile: int) -> None:
 def compile(k: int = 16, n_tile: int = 64, arch: str = "sm_100a") -> sass.Artifacts:
     """C = A @ B^T for A [M, k], B [N, k] bf16 and fp32 C (M, N runtime values) for sm_100a, with no GPU."""
     _check(k, n_tile)
-    a = _common.fake_matrix(cutlass.BFloat16, k, rows_name="M")
-    b = _common.fake_matrix(cutlass.BFloat16, k, rows_name="N")
-    c = _common.fake_matrix(cutlass.Float32, cute.sym_int32(symbol="N", divisibility=4), rows_name="M")
-    return sass.compile_for(tcgen05_host, a, b, c, n_tile, _common.fake_stream(), arch=arch)
+    return _common.compile_tile(tcgen05_host, k, n_tile, arch)
 
 
 def matmul_t(a: torch.Tensor, b: torch.Tensor, n_tile: int = 64, out: torch.Tensor | None = None) -> torch.Tensor:
     """a @ b.T in fp32 on a B200 for bf16 CUDA matrices a [M, K], b [N, K], K in (16, 32, 64), N % 4 == 0."""
-    _common.require(a, "a", dtypes=(torch.bfloat16,), ndim=2)
-    _common.require(b, "b", dtypes=(torch.bfloat16,), ndim=2)
-    if a.shape[1] != b.shape[1]:
-        raise ValueError(f"a and b must have the same K: {tuple(a.shape)} vs {tuple(b.shape)}")
-    _check(a.shape[1], n_tile)
-    shape = (a.shape[0], b.shape[0])
-    out = torch.empty(shape, dtype=torch.float32, device=a.device) if out is None else out
-    _common.require(out, "out", dtypes=(torch.float32,), ndim=2)
-    if tuple(out.shape) != shape:
-        raise ValueError(f"out must have shape {shape}, got {tuple(out.shape)}")
-    arch = _common.device_arch(a.device, allowed=("sm_100a",))
-    cute_out = _common.runtime_tensor(out).mark_compact_shape_dynamic(mode=1, stride_order=(0, 1), divisibility=4)
-    args = [_common.runtime_tensor(a), _common.runtime_tensor(b), cute_out]
-    compiled = _common.compiled_for_device(("tcgen05", a.shape[1], n_tile), tcgen05_host, *args, n_tile,
-                                           _common.stream(a.device), arch=arch)
-    compiled(*args, _common.stream(a.device))
-    return out
+    return _common.tile_matmul_t(tcgen05_host, "tcgen05", a, b, n_tile, out, _check, arch="sm_100a")
