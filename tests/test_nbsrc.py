@@ -2,7 +2,8 @@
 import nbformat
 import pytest
 
-from workbook import ROOT, nbsrc
+pytest.importorskip("jupytext", reason="authoring notebooks needs jupytext (a dev dependency; the GPU machine lacks it)")
+from workbook import ROOT, nbsrc  # noqa: E402
 
 SCRIPTS = sorted((ROOT / "notebooks" / "src").glob("[0-9][0-9]_*.py"))
 RUNTIME = {"execution"}     # what executing a notebook adds to a cell's metadata (nbclient's timings)
