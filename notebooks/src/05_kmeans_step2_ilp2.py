@@ -201,7 +201,10 @@ else:
 # %% [markdown]
 # * ILP2 keeps the work and halves the scan's dependency depth; the SASS shows both.
 # * The answer cannot change: chains and lanes merge by `(score, index)`.
-# * Whether it pays depends on what bounds the scan. On Hopper each thread already runs two chains (two rows), and a
-#   tile's scan issues enough instructions to keep the schedulers busy for most of a tile's WGMMA time: the bound is
-#   issue slots, not latency, and ILP2 issues as many instructions as before. What can help is fewer instructions
-#   (the next notebook, `06_kmeans_step3_norm_broadcast`) or running the scan while the tensor cores work (step 4).
+# * What it buys depends on what else the SM has to do. In these step kernels one CTA owns an SM, so its scan runs
+#   while the tensor cores wait; four chains per thread instead of two let the schedulers issue the scan a little
+#   faster (the ncu table above: more issue slots busy, more tensor-pipe activity, a shorter kernel), and the
+#   ratio printed above is what that bought. The production kernel runs two CTAs per SM, and one CTA's WGMMAs run
+#   while the other scans: the scan is already hidden there, and its `serial` and `ilp2` variants time the same
+#   (`data/measured/h200/kmeans_assign.csv`). What pays on Hopper instead is fewer instructions per score (the next
+#   notebook, `06_kmeans_step3_norm_broadcast`) and that overlap (step 4).
