@@ -103,8 +103,27 @@ def provenance() -> dict[str, Any]:
     `commit` is "unknown" outside a git checkout and ends in "-dirty" with uncommitted edits."""
     prov = dict(_static_provenance())
     prov["commit"] = _commit()
-    prov["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    prov["date"] = run_date()
     return {k: prov[k] for k in PROVENANCE}
+
+
+_run_date: str | None = None
+
+
+def run_date() -> str:
+    """The `date` of every row this process records: when its run began (its first record, or the last
+    `start_run()`), so that rows written shape by shape as they are measured still read back as one run."""
+    global _run_date
+    if _run_date is None:
+        start_run()
+    return _run_date
+
+
+def start_run() -> str:
+    """Begin a new run in this process: rows recorded from now on carry a new `date`."""
+    global _run_date
+    _run_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _run_date
 
 
 def _check_name(what: str, value: Any) -> str:

@@ -254,6 +254,9 @@ display(HTML(f"<details><summary>Solution (click to open)</summary><pre>{exercis
 #   over a quad, and two butterfly shuffles put them in place; TMEM's `32x32b` load hands a thread whole rows instead.
 # * Removing the epilogue buffer buys stages only where a stage is small: 4 → 7 on the seed's B200 tile, 6 → 7 on a
 #   128 × 128 Hopper tile, none on the 128 × 256 tile, whose stage is 48 KiB.
-# * On the H200 neither step moves the number: the 4-stage ring never ran dry, the epilogue is a few percent of a
-#   row, and its cost is C's bytes in the L2, not the path through shared memory. This did not pay here; the wave
-#   tail (notebook 12) and the tile order do.
+# * On the H200 the register epilogue (step 2) barely moves the kernel time, either way by shape (the table above):
+#   the 4-stage ring never ran dry, the epilogue is a few percent of a row, and its cost is C's bytes in the L2, not
+#   the path through shared memory. The seventh stage (step 3) comes with the 128 x 128 tile, and at the squares that
+#   tile costs more than the stage gives (step 3 is slower there); at the poor-wave shape it is faster, because
+#   smaller tiles fill the last wave better, which is notebook 12's effect, not the ring's. Neither idea paid on
+#   Hopper; the wave tail (notebook 12) and the tile order do.
