@@ -231,14 +231,14 @@ def test_exercise_answers_follow_the_arithmetic():
 
 # ------------------------------------------------------------------------------------------- CPU: harness
 
-def cpu_rows(rounds=3, shape=(64, 48, 32), run=None):
+def cpu_rows(rounds=3, shape=(64, 48, 32)):
     """gemm_steps rows measured on the host (perf_counter: only to test the harness) for two fake steps."""
     M, N, K = shape
     sets = [(torch.randn(M, K), torch.randn(K, N)) for _ in range(3)]
     fns = {("ours", "step1_four_stages"): torch.matmul,
            ("ours", "step2_register_epilogue"): lambda a, b: torch.matmul(a, b) * 1.0,
            bench.TORCH: torch.matmul}
-    return bench.measure(M, N, K, fns, rounds=rounds, calls=2, sets=sets, run=run)
+    return bench.measure(M, N, K, fns, rounds=rounds, calls=2, sets=sets)
 
 
 def test_bench_rows_carry_both_timings_and_ratios_to_the_previous_step_and_torch():
@@ -256,16 +256,27 @@ def test_bench_rows_carry_both_timings_and_ratios_to_the_previous_step_and_torch
 
 
 def test_bench_rows_go_through_records_and_back(tmp_path, monkeypatch):
-    """One run appends shape by shape, each append with its own date: `recorded` finds the whole latest run."""
+    """One run appends shape by shape while the clock moves on: `recorded` finds the whole latest run."""
     from workbook import records
-    dates = iter(f"2026-01-01T00:00:0{i}Z" for i in range(9))
+    import datetime
+    seconds = iter(range(60))
+
+    class Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2026, 1, 1, 0, 0, next(seconds), tzinfo=tz)
+
+    monkeypatch.setattr(records.datetime, "datetime", Clock)
     monkeypatch.setattr(records, "provenance", lambda: {**dict.fromkeys(records.PROVENANCE, ""), "gpu": "NVIDIA H200",
-                                                        "sm_count": 132, "date": next(dates)})
+                                                        "sm_count": 132, "date": records.run_date()})
+    run_dates = {}
     for run, shapes in (("run-a", [(64, 48, 32)]), ("run-b", [(64, 48, 32), (32, 64, 16)])):
+        run_dates[run] = records.start_run()
         for shape in shapes:
-            records.append("h200", bench.TABLE, cpu_rows(shape=shape, run=run), root=tmp_path)
+            Clock.now()                                                # the clock moves on between shapes
+            records.append("h200", bench.TABLE, cpu_rows(shape=shape), root=tmp_path)
     back = steps.recorded(["step1_four_stages", "step2_register_epilogue"], root=tmp_path)
-    assert set(back.run) == {"run-b"} and len(back) == 12
+    assert set(back.date) == {run_dates["run-b"]} and len(back) == 12
     back = steps.recorded(["step1_four_stages", "step2_register_epilogue"], shapes=[(32, 64, 16)], root=tmp_path)
     assert len(back) == 6
     assert steps.recorded(["step3_more_stages"], root=tmp_path).empty

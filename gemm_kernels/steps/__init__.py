@@ -152,18 +152,19 @@ def timing_table(frame):
 
 
 def recorded(names, shapes=None, gpu: str = "h200", root=None):
-    """The rows of the most recent recorded benchmark run (gemm_steps' `run` column: one run's shapes were
-    appended one by one) that measured the contenders `names` (variants) and torch.matmul, at `shapes` (default:
-    every shape that run measured). `root`: another data/measured folder (tests)."""
+    """The rows of the most recent recorded benchmark run (`workbook.records.last_run`) that measured the contenders
+    `names` (variants) and torch.matmul, at `shapes` (default: every shape that run measured). `root`: another
+    data/measured folder (tests)."""
     from workbook import records
     df = records.read(gpu, "gemm_steps", root=root)
     if df.empty:
         return df
     wanted = set(names) | {"torch.matmul"}
-    complete = [run for run, rows in df.groupby("run") if wanted <= set(rows.variant)]
-    if not complete:
+    needed = {(k, v) for k, v in zip(df.kernel, df.variant) if v in wanted}
+    if {v for _, v in needed} != wanted:
         return df.iloc[0:0]
-    rows = df[(df.run == max(complete)) & df.variant.isin(wanted)]
+    run = records.last_run(df, needed)
+    rows = run[run.variant.isin(wanted)]
     if shapes is not None:
         rows = rows[[tuple(s) in {tuple(x) for x in shapes} for s in zip(rows.M, rows.N, rows.K)]]
     return rows
@@ -226,8 +227,7 @@ def try_step(step, previous=None, *, shapes=TIMING_SHAPES, check_shapes=CHECK_SH
     if before is not None:
         fns = {("ours", prev_name): before.gemm, **fns}
     fns[bench.TORCH] = torch.matmul
-    run = bench.run_id()
-    frames = [bench.measure(M, N, K, fns, rounds=rounds, run=run) for M, N, K in shapes]
+    frames = [bench.measure(M, N, K, fns, rounds=rounds) for M, N, K in shapes]
     trial.timing = timing_table(pd.concat(frames))
     trial.where = f"live on {spec.name}, {rounds} interleaved rounds"
     return trial

@@ -70,24 +70,15 @@ def accuracy(fn, sets, refs) -> tuple[float, float]:
     return sum(e < REL_TOL for e in errors) / len(errors), max(errors)
 
 
-def run_id() -> str:
-    """A benchmark run's name: the UTC time it started. Rows are appended shape by shape, each with its own
-    `date`, so the `run` column is what ties one run's shapes together."""
-    import datetime
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def measure(M: int, N: int, K: int, fns: dict, *, rounds: int = 20, calls: int = 10, previous: dict | None = None,
-            baseline=TORCH, sets=None, run: str | None = None):
+            baseline=TORCH, sets=None):
     """One shape: the accuracy check, then `workbook.timing.compare`; a DataFrame of rows for gemm_steps.
-    `sets`: the input sets (default `input_sets`, on the GPU; CPU tensors only test this harness). `run`: the
-    run's name (`run_id`, default: now)."""
+    `sets`: the input sets (default `input_sets`, on the GPU; CPU tensors only test this harness)."""
     import pandas as pd
 
     from workbook import timing
     torch.backends.cuda.matmul.allow_tf32 = False           # the fp32 reference stays fp32
     previous = previous_of(list(fns)) if previous is None else previous
-    run = run or run_id()
     sets = input_sets(M, N, K) if sets is None else sets
     refs = [a.float() @ b.float() for a, b in sets]
     checked = {name: accuracy(fn, sets, refs) for name, fn in fns.items()}
@@ -109,7 +100,7 @@ def measure(M: int, N: int, K: int, fns: dict, *, rounds: int = 20, calls: int =
                 ratio_previous_lo=vs_prev.lo if vs_prev else nan, ratio_previous_hi=vs_prev.hi if vs_prev else nan,
                 verdict_previous=vs_prev.verdict if vs_prev else "",
                 ratio_torch=vs_torch.value, ratio_torch_lo=vs_torch.lo, ratio_torch_hi=vs_torch.hi,
-                verdict_torch=vs_torch.verdict, rounds=cmp.rounds, calls=cmp.calls, run=run))
+                verdict_torch=vs_torch.verdict, rounds=cmp.rounds, calls=cmp.calls))
     del sets
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -142,9 +133,9 @@ def main(argv=None):
     shapes = args.shapes or (QUICK_SHAPES if args.quick else SHAPES)
     rounds = args.rounds or (5 if args.quick else 20)
     fns = contenders()
-    frames, run = [], run_id()
+    frames = []
     for M, N, K in shapes:
-        frame = measure(M, N, K, fns, rounds=rounds, run=run)
+        frame = measure(M, N, K, fns, rounds=rounds)
         if not args.no_record:
             records.append(spec.key, TABLE, frame)          # shape by shape, as measured
         print(summary(frame), flush=True)
