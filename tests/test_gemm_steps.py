@@ -255,25 +255,16 @@ def test_bench_rows_carry_both_timings_and_ratios_to_the_previous_step_and_torch
     assert "% of torch" in bench.summary(rows)
 
 
-def test_bench_rows_go_through_records_and_back(tmp_path, monkeypatch):
+def test_bench_rows_go_through_records_and_back(tmp_path, monkeypatch, ticking_clock):
     """One run appends shape by shape while the clock moves on: `recorded` finds the whole latest run."""
     from workbook import records
-    import datetime
-    seconds = iter(range(60))
-
-    class Clock(datetime.datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return datetime.datetime(2026, 1, 1, 0, 0, next(seconds), tzinfo=tz)
-
-    monkeypatch.setattr(records.datetime, "datetime", Clock)
     monkeypatch.setattr(records, "provenance", lambda: {**dict.fromkeys(records.PROVENANCE, ""), "gpu": "NVIDIA H200",
                                                         "sm_count": 132, "date": records.run_date()})
     run_dates = {}
     for run, shapes in (("run-a", [(64, 48, 32)]), ("run-b", [(64, 48, 32), (32, 64, 16)])):
         run_dates[run] = records.start_run()
         for shape in shapes:
-            Clock.now()                                                # the clock moves on between shapes
+            ticking_clock.now()                                        # the clock moves on between shapes
             records.append("h200", bench.TABLE, cpu_rows(shape=shape), root=tmp_path)
     back = steps.recorded(["step1_four_stages", "step2_register_epilogue"], root=tmp_path)
     assert set(back.date) == {run_dates["run-b"]} and len(back) == 12

@@ -332,17 +332,9 @@ def test_benchmark_writers_killed_mid_run_leave_a_table_that_reads_back_intact(t
     assert after["variant"].iloc[-1] == "after" and len(after) == len(df) + 1 and after["K"].dtype.kind == "i"
 
 
-def test_rows_appended_shape_by_shape_read_back_as_one_run(tmp_path, rng, monkeypatch):
+def test_rows_appended_shape_by_shape_read_back_as_one_run(tmp_path, rng, ticking_clock):
     """Benchmarks record each shape as soon as it is measured; a clock that moves on between the appends must not
     split one process's run into one run per shape (last_run would then see only the last shape)."""
-    seconds = iter(range(100))
-
-    class Clock(datetime.datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return datetime.datetime(2026, 12, 1, 12, 0, next(seconds), tzinfo=tz)
-
-    monkeypatch.setattr(records.datetime, "datetime", Clock)
     records.start_run()
     for N in (1, 65536, 1 << 20):
         records.append("h200", "kmeans_assign", [dict(measurement(rng, N=N, D=128, K=512), kernel="ours",

@@ -1,0 +1,21 @@
+"""Fixtures shared by several test files."""
+import datetime
+
+import pytest
+
+from workbook import records
+
+
+@pytest.fixture
+def ticking_clock(monkeypatch):
+    """workbook.records' clock, a second later at every reading from 2026-01-01 00:00:00 UTC: rows appended one
+    after the other would carry different times."""
+    seconds = iter(range(3600))
+
+    class Clock(datetime.datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.datetime(2026, 1, 1, 0, 0, 0, tzinfo=tz) + datetime.timedelta(seconds=next(seconds))
+
+    monkeypatch.setattr(records.datetime, "datetime", Clock)
+    return Clock
