@@ -55,6 +55,26 @@ HOPPER_TIMELINES = {
     "narrow64": _H(narrow_ns=(192, 128)),     # the narrow widths of 64-column steps only
 }
 
+# The per-shape choice (`gemm_kernels.rule`): the configurations the sweep (`gemm_kernels.sweep`) times on every
+# shape class, and from which the rule picks one per shape. Each is a tile width, a cluster shape and a schedule:
+# balanced (narrow tiles fill the last wave) or stream-K (the last partial wave, or the whole grid when the tiles
+# are fewer than the SMs, split along K: split-K for skinny and K-heavy problems). All defer the register epilogue.
+HOPPER_CANDIDATES = {
+    "256 balanced cluster2": _H(),      # what gemm(a, b, <any options>) runs when it is given options
+    "256 balanced cluster1": _H(**_REGISTER, schedule="balanced", cluster_m=1),
+    "192 balanced cluster2": _H(tile=(128, 192, 64), schedule="balanced", cluster_m=2),
+    "192 balanced cluster1": _H(tile=(128, 192, 64), schedule="balanced", cluster_m=1),
+    "128 balanced cluster2": _H(tile=(128, 128, 64), schedule="balanced", cluster_m=2),
+    "128 balanced cluster1": _H(tile=(128, 128, 64), schedule="balanced", cluster_m=1),
+    "256 stream-k cluster2": _H(**_REGISTER, schedule="uniform", cluster_m=2, stream_k=True),
+    "256 stream-k cluster1": _H(**_REGISTER, schedule="uniform", cluster_m=1, stream_k=True),
+    "192 stream-k cluster1": _H(tile=(128, 192, 64), schedule="uniform", cluster_m=1, stream_k=True),
+    "128 stream-k cluster2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, stream_k=True),
+    "128 stream-k cluster1": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=1, stream_k=True),
+    "64 stream-k cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, stream_k=True),
+}
+HOPPER_FALLBACK = "256 balanced cluster2"   # the rule's choice where the sweep has nothing nearby (= HOPPER_DEFAULT)
+
 _B = blackwell_options.Options
 BLACKWELL = {
     "b200 4-stage, staged epilogue": _B(stages=4, epilogue="staged", schedule="uniform"),

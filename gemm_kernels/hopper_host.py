@@ -24,7 +24,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream
 
-from gemm_kernels import check_operand
+from gemm_kernels import check_operand, rule
 from gemm_kernels.hopper import HopperGemm
 from gemm_kernels.hopper_options import ALIGN, ARCH, TILE_K, TILE_M, Config, Options, check_shape, config_for
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
@@ -78,7 +78,14 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options) -> _Call:
 
 
 def _call_for(M: int, N: int, K: int, device: int, options: Options | None = None, **overrides) -> _Call:
-    return _prepare(M, N, K, device, Options.of(options, **overrides))
+    return _prepare(M, N, K, device, _options_for(M, N, K, options, overrides))
+
+
+def _options_for(M: int, N: int, K: int, options: Options | None, overrides: dict) -> Options:
+    """The caller's options with their overrides; with neither, the per-shape rule's choice (`gemm_kernels.rule`)."""
+    if options is None and not overrides:
+        return rule.options_for(M, N, K)
+    return Options.of(options, **overrides)
 
 
 def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int,
@@ -109,7 +116,7 @@ def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch
         raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
     check_shape(M, N, K)
     from workbook import gpus, sass
-    cfg, _ = config_for(M, N, Options.of(options, **overrides), gpus.H200)
+    cfg, _ = config_for(M, N, _options_for(M, N, K, options, overrides), gpus.H200)
     return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cfg.cluster_m,
                                                     make_fake_stream()), arch=arch, dump_dir=dump_dir)
 
@@ -131,7 +138,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
          **overrides) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
     fp32 accumulation, c [M, N] bf16 (written into `out` if given). `options`: a `hopper_options.Options`
-    (default `Options()`), with any of its fields overridden by keyword (`tile`, `stages`, `epilogue`,
+    (default: the per-shape rule's choice, `gemm_kernels.rule`; with keyword overrides alone, `Options()`),
+    with any of its fields overridden by keyword (`tile`, `stages`, `epilogue`,
     `schedule`, `narrow_ns`, `cluster_m`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`, `stream_k`;
     each is described there)."""
     M, N, K, device = _operands(a, b)

@@ -1,0 +1,185 @@
+"""The per-shape configuration rule of the Hopper GEMM, learned from a recorded sweep (`gemm_kernels.sweep`).
+
+    rule.choose(16, 4096, 4096)       # "64 stream-k cluster1": a name of configs.HOPPER_CANDIDATES
+    rule.options_for(16, 4096, 4096)  # its hopper_options.Options: what gemm(a, b) runs with no options given
+    rule.fit(frame)                   # a Rule from sweep rows (pandas), e.g. records.read("h200", sweep.TABLE)
+    python -m gemm_kernels.rule --fit # learn from data/measured/h200/gemm_config_sweep.csv -> rule_h200.json
+
+The rule: score each candidate at each measured shape by the geometric mean of its two ratios to torch.matmul
+(kernel time back to back, and the latency a user sees); for a new shape, take the `NEIGHBOURS` measured shapes
+nearest to it in (log2 M, log2 N, log2 K) and choose the candidate with the best mean log score over them. A
+shape the sweep measured is its own nearest neighbour, so there the rule follows the measurement, tempered by
+the two next shapes (one noisy round does not flip it); between measured shapes it follows the closest ones.
+Nothing is timed at call time. `leave_one_out` says how well the rule predicts shapes it has not seen.
+
+The learned rule is data: `rule_h200.json` beside this file holds the scores per shape and candidate with
+the sweep's provenance (GPU, driver, commit, date). It was measured on an H200; on another Hopper GPU the
+same choice is still a correct kernel, only perhaps not the fastest one.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from gemm_kernels import configs
+
+NEIGHBOURS = 3
+RULE_FILE = Path(__file__).with_name("rule_h200.json")
+TIMINGS = ("kernel", "latency")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """Measured shapes, candidates, and log scores[shape][candidate] (NaN where a candidate was not timed)."""
+    shapes: tuple[tuple[int, int, int], ...]
+    candidates: tuple[str, ...]
+    scores: tuple[tuple[float, ...], ...]
+    provenance: dict
+
+    def choose(self, M: int, N: int, K: int, *, without: tuple[int, int, int] | None = None) -> str:
+        """The candidate with the best mean score over the measured shapes nearest to (M, N, K) (`without`: a
+        shape to leave out, for `leave_one_out`)."""
+        here = _features(M, N, K)
+        near = sorted((sum((a - b) ** 2 for a, b in zip(here, _features(*s))), i)
+                      for i, s in enumerate(self.shapes) if s != without)[:NEIGHBOURS]
+        if not near:
+            return configs.HOPPER_FALLBACK
+        best, best_score = configs.HOPPER_FALLBACK, math.inf
+        for j, name in enumerate(self.candidates):
+            values = [self.scores[i][j] for _, i in near]
+            if any(math.isnan(v) for v in values):
+                continue                  # never chosen where it was not measured (or refused the shape)
+            score = sum(values) / len(values)
+            if score < best_score:
+                best, best_score = name, score
+        return best
+
+    def to_json(self) -> str:
+        return json.dumps({"provenance": self.provenance, "candidates": list(self.candidates),
+                           "shapes": [list(s) for s in self.shapes],
+                           "scores": [[None if math.isnan(v) else round(v, 6) for v in row] for row in self.scores]},
+                          indent=1)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Rule":
+        d = json.loads(text)
+        unknown = set(d["candidates"]) - set(configs.HOPPER_CANDIDATES)
+        if unknown:
+            raise ValueError(f"the rule names configurations that configs.HOPPER_CANDIDATES lacks: {sorted(unknown)}")
+        return cls(tuple(tuple(s) for s in d["shapes"]), tuple(d["candidates"]),
+                   tuple(tuple(math.nan if v is None else v for v in row) for row in d["scores"]), d["provenance"])
+
+
+def _features(M: int, N: int, K: int) -> tuple[float, float, float]:
+    return math.log2(M), math.log2(N), math.log2(K)
+
+
+def scores(frame):
+    """Per shape and candidate, log of the geometric mean of the kernel and latency ratios to torch.matmul (< 0:
+    faster than torch), from sweep rows; rows that failed the reference check count as not measured."""
+    ours = frame[(frame.kernel == "ours") & (frame.match_rate >= 1.0) & frame.timing.isin(TIMINGS)]
+    table = ours.pivot_table(index=["M", "N", "K"], columns=["variant", "timing"], values="ratio", aggfunc="last")
+    import numpy as np
+    logs = np.log(table)
+    return logs.T.groupby(level="variant").mean().T      # mean of the two timings' logs
+
+
+def fit(frame) -> Rule:
+    """The Rule of a sweep's rows (its last run per shape and candidate wins where there are several)."""
+    s = scores(frame)
+    candidates = tuple(c for c in configs.HOPPER_CANDIDATES if c in s.columns)
+    prov_cols = ["gpu", "driver", "torch", "cutlass_dsl", "commit", "date"]
+    provenance = {c: sorted(set(map(str, frame[c]))) for c in prov_cols if c in frame}
+    provenance["table"] = "gemm_config_sweep"
+    rows = tuple(tuple(float(s.loc[shape, c]) for c in candidates) for shape in s.index)
+    return Rule(tuple(tuple(int(v) for v in shape) for shape in s.index), candidates, rows, provenance)
+
+
+@functools.lru_cache(maxsize=1)
+def learned() -> Rule | None:
+    """The committed rule (`RULE_FILE`), or None where none has been learned yet."""
+    return Rule.from_json(RULE_FILE.read_text()) if RULE_FILE.exists() else None
+
+
+@functools.lru_cache(maxsize=4096)
+def choose(M: int, N: int, K: int) -> str:
+    """The configuration the learned rule picks for this shape (the fallback where there is no rule)."""
+    found = learned()
+    return found.choose(M, N, K) if found else configs.HOPPER_FALLBACK
+
+
+def options_for(M: int, N: int, K: int):
+    """The `hopper_options.Options` that `gemm(a, b)` runs for this shape when the caller gives none."""
+    return configs.HOPPER_CANDIDATES[choose(M, N, K)]
+
+
+def leave_one_out(rule: Rule, frame):
+    """For every measured shape: the candidate the rule picks without that shape's own measurement, and the
+    kernel and latency ratios to torch.matmul that this candidate measured there, beside the best candidate's
+    (the oracle) and the fixed default's. One row per shape, with its class."""
+    import pandas as pd
+    kern = _ratios(frame, "kernel")
+    lat = _ratios(frame, "latency")
+    classes = frame.drop_duplicates(["M", "N", "K"]).set_index(["M", "N", "K"])["class"]
+    s = scores(frame)
+    rows = []
+    for shape in rule.shapes:
+        picked = rule.choose(*shape, without=shape)
+        oracle = s.loc[shape].idxmin()
+        rows.append({"class": classes.get(shape, ""), "M": shape[0], "N": shape[1], "K": shape[2],
+                     "rule": picked, "oracle": oracle,
+                     "rule_kernel_pct": 100 / kern.loc[shape, picked], "rule_latency_pct": 100 / lat.loc[shape, picked],
+                     "oracle_kernel_pct": 100 / kern.loc[shape, oracle],
+                     "oracle_latency_pct": 100 / lat.loc[shape, oracle],
+                     "default_kernel_pct": 100 / kern.loc[shape, configs.HOPPER_FALLBACK],
+                     "default_latency_pct": 100 / lat.loc[shape, configs.HOPPER_FALLBACK]})
+    return pd.DataFrame(rows)
+
+
+def _ratios(frame, timing: str):
+    rows = frame[(frame.kernel == "ours") & (frame.timing == timing)]
+    return rows.pivot_table(index=["M", "N", "K"], columns="variant", values="ratio", aggfunc="last")
+
+
+def class_summary(frame, variant: str | None = None):
+    """Per class: the median and the minimum % of torch.matmul (100 / ratio) in both timings, of `variant`
+    (default: each shape's best candidate by kernel time), with the worst shape."""
+    import pandas as pd
+    ours = frame[frame.kernel == "ours"]
+    rows = []
+    for cls, group in ours.groupby("class", sort=False):
+        cells = {"class": cls, "shapes": group[["M", "N", "K"]].drop_duplicates().shape[0]}
+        for timing in TIMINGS:
+            g = group[group.timing == timing]
+            if variant is not None:
+                g = g[g.variant == variant]
+            pct = (100 / g.groupby(["M", "N", "K"]).ratio.min())
+            cells[f"{timing}_median_pct"] = pct.median()
+            cells[f"{timing}_min_pct"] = pct.min()
+            cells[f"{timing}_worst"] = "x".join(map(str, pct.idxmin())) if len(pct) else ""
+        rows.append(cells)
+    return pd.DataFrame(rows).set_index("class")
+
+
+def main(argv=None):
+    import argparse
+    p = argparse.ArgumentParser(prog="python -m gemm_kernels.rule", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--fit", action="store_true", help=f"learn the rule from the recorded sweep into {RULE_FILE.name}")
+    p.add_argument("--gpu", default="h200", help="the data/measured folder to read (default h200)")
+    args = p.parse_args(argv)
+    from workbook import records
+    frame = records.read(args.gpu, "gemm_config_sweep")
+    rule = fit(frame)
+    if args.fit:
+        RULE_FILE.write_text(rule.to_json() + "\n")
+        print(f"wrote {RULE_FILE} ({len(rule.shapes)} shapes x {len(rule.candidates)} candidates)")
+    loo = leave_one_out(rule, frame)
+    print(loo.groupby("class")[[c for c in loo.columns if c.endswith("_pct")]].median().round(1).to_string())
+
+
+if __name__ == "__main__":
+    main()

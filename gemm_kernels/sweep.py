@@ -1,0 +1,195 @@
+"""The shapes users run, by class, and the sweep that times every candidate configuration on them beside
+torch.matmul (cuBLAS): the data the per-shape rule (`gemm_kernels.rule`) is learned from.
+
+    python -m gemm_kernels.sweep                       # every class, every candidate (H100/H200; ~6 minutes)
+    python -m gemm_kernels.sweep --classes skinny --candidates "128 stream-k cluster1"
+    python -m gemm_kernels.sweep --default-only        # gemm(a, b) as shipped (the rule) vs torch.matmul
+
+    sweep.SHAPES["skinny"]          # [(M, N, K), ...] of one class
+    sweep.classes_of(16, 4096, 4096)  # ("skinny",)
+
+Method (`workbook.timing.compare`, DESIGN.md): three seeded bf16 input sets rotated over all calls; torch.matmul
+and every candidate (`gemm_kernels.configs.HOPPER_CANDIDATES`) warmed up, then interleaved rounds in a rotating
+order, each round giving every contender a few synchronised, CUDA-event-timed calls (the latency a user sees)
+and as many back to back (the kernel's own time); each ratio to torch.matmul is formed round by round and
+summarised by its median with a bootstrap 95 % interval. The number of calls per round follows the shape's
+expected time (a round lasts a few milliseconds), so small shapes get many calls and large ones few. Each
+contender's first input set is checked against an fp32 reference (`match_rate` 1 within the bf16 band).
+
+Rows go, shape by shape, to data/measured/<gpu>/gemm_config_sweep.csv (`workbook.records`): one per contender
+and timing, with the shape's class and the ratio of its time to torch.matmul's (< 1: ours is faster). Shapes
+run in order of expected time, the cheapest first, so an interrupted sweep keeps most shapes.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+
+TABLE = "gemm_config_sweep"
+DEFAULT_TABLE = "gemm_rule_check"
+TORCH = ("torch", "torch.matmul")
+REL_TOL = 1e-2
+ROUNDS = 10
+ROUND_MS = 2.0          # a contender's calls in one round take about this long
+CALLS = (3, 10)         # fewest and most calls per round
+
+_SIDES = (1024, 2048, 4096, 8192, 16384)
+SHAPES = {
+    "square": [(s, s, s) for s in (1024, 1536, 2048, 3072, 4096, 5120, 6144, 8192, 10240, 12288, 16384)],
+    "rectangle": [(M, N, K) for K in (1024, 4096, 8192) for M, N in itertools.product(_SIDES, repeat=2) if M != N],
+    "skinny": [(M, N, K) for M in (16, 64, 128, 256, 512) for N in (4096, 8192, 14336) for K in (4096, 8192, 14336)],
+    "k-heavy": [(1024, 1024, 8192), (1024, 1024, 32768), (2048, 2048, 16384), (2048, 1024, 16384),
+                (1024, 4096, 16384), (4096, 1024, 16384), (4096, 4096, 16384), (512, 2048, 16384)],
+    "odd": [(1000, 1000, 1000), (3000, 3000, 3000), (5000, 5000, 5000), (7000, 7000, 7000), (4097, 4104, 4104),
+            (2500, 6000, 4000), (10000, 10000, 1000), (1234, 5672, 3000)],
+}
+
+
+def classes_of(M: int, N: int, K: int) -> tuple[str, ...]:
+    """The classes a shape belongs to by the issue's definitions (a shape may be in none or in several)."""
+    found = []
+    if M == N == K:
+        found.append("square")
+    if M in _SIDES and N in _SIDES and M != N and K in (1024, 4096, 8192):
+        found.append("rectangle")
+    if M <= 512 and N >= 4096 and K >= 4096:
+        found.append("skinny")
+    if K >= 4 * max(M, N):
+        found.append("k-heavy")
+    if all(v % 64 for v in (M, N, K)) or any(v % 8 for v in (M,)):
+        found.append("odd")
+    return tuple(found)
+
+
+def all_shapes(classes=None) -> list[tuple[str, tuple[int, int, int]]]:
+    """(class, shape) pairs of the chosen classes (default all), each shape once (under its first class),
+    cheapest first by `expected_ms`."""
+    seen, found = set(), []
+    for name in classes or SHAPES:
+        if name not in SHAPES:
+            raise ValueError(f"unknown class {name!r}; choose from {list(SHAPES)}")
+        for shape in SHAPES[name]:
+            if shape not in seen:
+                seen.add(shape)
+                found.append((name, shape))
+    return sorted(found, key=lambda cs: expected_ms(*cs[1]))
+
+
+def expected_ms(M: int, N: int, K: int, tflops: float = 600.0, overhead_us: float = 8.0) -> float:
+    """A rough time per call on an H200 (tensor pipe at `tflops`, plus launch): to size the rounds."""
+    return 2.0 * M * N * K / (tflops * 1e9) + overhead_us * 1e-3
+
+
+def calls_per_round(M: int, N: int, K: int) -> int:
+    lo, hi = CALLS
+    return max(lo, min(hi, round(ROUND_MS / expected_ms(M, N, K))))
+
+
+def estimate_minutes(shapes, contenders: int, rounds: int = ROUNDS, warmup: int = 3) -> float:
+    """GPU minutes for a sweep: every contender's warm-up plus, per round, both timings of its calls (+1 settle)."""
+    total = 0.0
+    for M, N, K in shapes:
+        calls = calls_per_round(M, N, K)
+        total += contenders * (warmup + rounds * 2 * (calls + 1)) * (expected_ms(M, N, K) + 0.02)
+    return total / 60e3
+
+
+def input_sets(M: int, N: int, K: int, n: int = 3, seed: int = 1234):
+    import torch
+    sets = []
+    for i in range(n):
+        g = torch.Generator(device="cuda").manual_seed(seed + i)
+        sets.append((torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g),
+                     torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=g)))
+    return sets
+
+
+def measure_shape(fns: dict, M: int, N: int, K: int, cls: str, rounds: int = ROUNDS):
+    """One shape: every contender checked on the first input set, then `compare`d with torch.matmul."""
+    import torch
+
+    from workbook import timing
+    sets = input_sets(M, N, K)
+    a, b = sets[0]
+    ref = a.float() @ b.float()
+    ok, match = {}, {}
+    for name, fn in fns.items():
+        try:
+            err = ((fn(a, b).float() - ref).norm() / ref.norm()).item()
+        except ValueError as e:                   # a candidate that refuses the shape is left out of it
+            print(f"{M}x{N}x{K}: {name[1]} refused: {e}", flush=True)
+            continue
+        ok[name], match[name] = fn, float(err < REL_TOL)
+    del ref
+    cmp = timing.compare(ok, sets, baseline=TORCH, rounds=rounds, calls=calls_per_round(M, N, K), warmup=3)
+    frame = cmp.frame({"class": cls, "M": M, "N": N, "K": K}, flops=2.0 * M * N * K, match_rate=match)
+    del sets
+    torch.cuda.empty_cache()
+    return frame
+
+
+def contenders(candidates=None, default_only: bool = False) -> dict:
+    """{(kernel, variant): fn(a, b)}: torch.matmul and each chosen candidate (or gemm() as shipped)."""
+    import torch
+
+    import gemm_kernels
+    from gemm_kernels import configs
+    fns = {TORCH: torch.matmul}
+    if default_only:
+        fns["ours", "gemm() default"] = gemm_kernels.gemm
+        return fns
+    for name in candidates or configs.HOPPER_CANDIDATES:
+        options = configs.HOPPER_CANDIDATES[name]
+        fns["ours", name] = lambda a, b, options=options: gemm_kernels.gemm(a, b, options)
+    return fns
+
+
+def main(argv=None):
+    from gemm_kernels import configs
+    p = argparse.ArgumentParser(prog="python -m gemm_kernels.sweep", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--classes", nargs="+", choices=list(SHAPES), help="shape classes (default: all)")
+    p.add_argument("--candidates", nargs="+", choices=list(configs.HOPPER_CANDIDATES), metavar="NAME",
+                   help="configurations to time (default: all of configs.HOPPER_CANDIDATES)")
+    p.add_argument("--default-only", action="store_true",
+                   help=f"time gemm(a, b) with no options (the per-shape rule) against torch.matmul; table "
+                        f"{DEFAULT_TABLE}")
+    p.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds per shape (default {ROUNDS})")
+    p.add_argument("--estimate", action="store_true", help="print the expected GPU minutes and stop")
+    p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
+    args = p.parse_args(argv)
+    if args.rounds < 2:
+        p.error("--rounds must be >= 2 (an interval needs rounds)")
+    shapes = all_shapes(args.classes)
+    fns_count = 2 if args.default_only else 1 + len(args.candidates or configs.HOPPER_CANDIDATES)
+    minutes = estimate_minutes([s for _, s in shapes], fns_count, args.rounds)
+    print(f"{len(shapes)} shapes x {fns_count} contenders: about {minutes:.1f} GPU minutes", flush=True)
+    if args.estimate:
+        return
+    from workbook import gpus, records
+    spec = gpus.current()
+    if spec is None or spec.arch != "sm_90a":
+        raise SystemExit("gemm_kernels.sweep times the Hopper GEMM and needs an H100/H200; recorded sweeps: "
+                         f"data/measured/h200/{TABLE}.csv")
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False      # the fp32 reference stays fp32
+    fns = contenders(args.candidates, args.default_only)
+    table = DEFAULT_TABLE if args.default_only else TABLE
+    frames = []
+    for i, (cls, (M, N, K)) in enumerate(shapes):
+        frame = measure_shape(fns, M, N, K, cls, args.rounds)
+        if not args.no_record:
+            records.append(spec.key, table, frame)
+        frames.append(frame)
+        kern = frame[frame.timing == "kernel"].set_index("variant")
+        best = kern.drop("torch.matmul").ratio.idxmin()
+        print(f"[{i + 1}/{len(shapes)}] {cls:>9} {M}x{N}x{K}: best {best} at "
+              f"{100 / kern.ratio[best]:.1f}% of torch (kernel)", flush=True)
+    if frames:
+        import pandas as pd
+        from gemm_kernels import rule
+        print("\n" + rule.class_summary(pd.concat(frames)).to_string())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""The per-shape configuration: the sweep's shape classes, the rule learned from sweep rows, and every
+configuration the rule can choose computing the right product on the GPU (marked `gpu`)."""
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import torch
+
+from gemm_kernels import configs, hopper_options, rule, sweep
+
+needs_hopper = pytest.mark.skipif(not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)),
+                                  reason="needs an H100/H200 (sm_90a)")
+
+
+def test_every_class_shape_belongs_to_its_class_and_is_swept_once():
+    for cls, shapes in sweep.SHAPES.items():
+        for shape in shapes:
+            assert cls in sweep.classes_of(*shape), (cls, shape)
+    pairs = sweep.all_shapes()
+    assert len({s for _, s in pairs}) == len(pairs)
+    times = [sweep.expected_ms(*s) for _, s in pairs]
+    assert times == sorted(times)
+    assert {c for c, _ in pairs} == set(sweep.SHAPES)
+    with pytest.raises(ValueError, match="unknown class"):
+        sweep.all_shapes(["squares"])
+
+
+def test_the_classes_cover_what_the_issue_names():
+    skinny = sweep.SHAPES["skinny"]
+    assert {M for M, _, _ in skinny} == {16, 64, 128, 256, 512}
+    assert all(K >= 4 * max(M, N) for M, N, K in sweep.SHAPES["k-heavy"])
+    assert all(any(v % 64 for v in s) for s in sweep.SHAPES["odd"])
+    assert any(s & (s - 1) for s, _, _ in sweep.SHAPES["square"])          # non-powers of two
+    assert all(N % 8 == 0 and K % 8 == 0 for _, (M, N, K) in sweep.all_shapes())   # TMA's 16-byte rows
+
+
+def test_every_candidate_plans_every_swept_shape():
+    for name, options in configs.HOPPER_CANDIDATES.items():
+        for _, (M, N, K) in sweep.all_shapes():
+            cfg, plan = hopper_options.config_for(M, N, options)
+            assert cfg.tile_n == options.tile_n and plan.items
+
+
+def test_the_fallback_is_the_shipped_default():
+    assert configs.HOPPER_CANDIDATES[configs.HOPPER_FALLBACK] == hopper_options.DEFAULT
+
+
+def _frame(best: dict, shapes, noise: float = 0.0) -> pd.DataFrame:
+    """Sweep-like rows: at each shape the candidate best[shape] takes 0.9 of torch's time, the others 1.1."""
+    rows = []
+    for i, shape in enumerate(shapes):
+        M, N, K = shape
+        for timing in rule.TIMINGS:
+            rows.append(dict(kernel="torch", variant="torch.matmul", timing=timing, M=M, N=N, K=K, ratio=1.0,
+                             match_rate=1.0, **{"class": "square"}))
+            for name in configs.HOPPER_CANDIDATES:
+                r = (0.9 if name == best[shape] else 1.1) + noise * ((i % 3) - 1)
+                rows.append(dict(kernel="ours", variant=name, timing=timing, M=M, N=N, K=K, ratio=r,
+                                 match_rate=1.0, **{"class": "square"}))
+    return pd.DataFrame(rows)
+
+
+SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (16, 4096, 4096), (64, 4096, 4096),
+          (128, 4096, 4096)]
+BEST = {s: ("64 stream-k cluster1" if s[0] < 1024 else "256 balanced cluster2") for s in SHAPES}
+
+
+def test_the_rule_follows_the_nearest_measured_shapes():
+    fitted = rule.fit(_frame(BEST, SHAPES))
+    for shape in SHAPES:
+        assert fitted.choose(*shape) == BEST[shape]
+    assert fitted.choose(32, 4096, 4096) == "64 stream-k cluster1"      # between two skinny shapes
+    assert fitted.choose(3000, 3000, 3000) == "256 balanced cluster2"
+    assert fitted.choose(16, 4096, 4096, without=(16, 4096, 4096)) == "64 stream-k cluster1"
+
+
+def test_a_candidate_that_failed_the_check_is_never_chosen():
+    frame = _frame(BEST, SHAPES)
+    frame.loc[frame.variant == "64 stream-k cluster1", "match_rate"] = 0.0
+    fitted = rule.fit(frame)
+    assert "64 stream-k cluster1" not in fitted.candidates
+    assert fitted.choose(16, 4096, 4096) != "64 stream-k cluster1"
+
+
+def test_a_candidate_missing_at_a_neighbour_is_not_chosen_there():
+    frame = _frame(BEST, SHAPES)
+    frame = frame[~((frame.variant == "64 stream-k cluster1") & (frame.M == 64))]
+    fitted = rule.fit(frame)
+    assert fitted.choose(64, 4096, 4096) != "64 stream-k cluster1"
+
+
+def test_the_rule_survives_its_json_and_refuses_unknown_names():
+    fitted = rule.fit(_frame(BEST, SHAPES))
+    again = rule.Rule.from_json(fitted.to_json())
+    assert again.shapes == fitted.shapes and again.candidates == fitted.candidates
+    assert all(math.isclose(a, b, abs_tol=1e-6) for ra, rb in zip(again.scores, fitted.scores) for a, b in zip(ra, rb))
+    bad = fitted.to_json().replace('"64 stream-k cluster1"', '"no such config"')
+    with pytest.raises(ValueError, match="lacks"):
+        rule.Rule.from_json(bad)
+
+
+def test_leave_one_out_reports_the_rules_pick_without_the_shape():
+    frame = _frame(BEST, SHAPES)
+    loo = rule.leave_one_out(rule.fit(frame), frame)
+    assert len(loo) == len(SHAPES)
+    assert (loo.oracle == [BEST[tuple(s)] for s in loo[["M", "N", "K"]].itertuples(index=False)]).all()
+    assert loo.oracle_kernel_pct.round(3).eq(round(100 / 0.9, 3)).all()
+    # (1024^3) has no other square within reach but the 2048^3 and 4096^3 it shares a best with
+    assert loo.set_index(["M", "N", "K"]).loc[(1024, 1024, 1024), "rule"] == "256 balanced cluster2"
+
+
+def test_class_summary_gives_median_and_minimum_in_both_timings():
+    frame = _frame(BEST, SHAPES)
+    summary = rule.class_summary(frame)
+    assert summary.loc["square", "kernel_median_pct"] == pytest.approx(100 / 0.9)
+    fixed = rule.class_summary(frame, variant="256 balanced cluster2")
+    assert fixed.loc["square", "latency_min_pct"] == pytest.approx(100 / 1.1)
+
+
+def test_the_committed_rule_names_known_candidates_and_has_provenance():
+    learned = rule.learned()
+    if learned is None:
+        pytest.skip("no rule learned yet")
+    assert set(learned.candidates) <= set(configs.HOPPER_CANDIDATES)
+    assert learned.provenance.get("gpu") and learned.provenance.get("commit")
+    for _, shape in sweep.all_shapes():
+        assert rule.choose(*shape) in configs.HOPPER_CANDIDATES
+
+
+# Every configuration the rule can choose, on shapes that stress it: a skinny one (M = 16: one row of tiles, all
+# of it split along K), tails in every dimension, a K-heavy one (stream-K units with many contributors).
+RULE_GPU_SHAPES = [(16, 4096, 1024), (77, 1032, 520), (1000, 1032, 520), (512, 2048, 8192), (4000, 4000, 264)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("name", list(configs.HOPPER_CANDIDATES))
+@pytest.mark.parametrize("M,N,K", RULE_GPU_SHAPES)
+def test_every_candidate_is_exact_on_small_integers(name, M, N, K):
+    # |a|, |b| <= 2 and K <= 8192: every partial sum is an integer below 2^24 in magnitude, exact in fp32
+    g = torch.Generator(device="cuda").manual_seed(M * 7 + N + K)
+    a = torch.randint(-2, 3, (M, K), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-2, 3, (K, N), device="cuda", generator=g).to(torch.bfloat16)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    from gemm_kernels import hopper_host
+    c = hopper_host.gemm(a, b, configs.HOPPER_CANDIDATES[name], out=out)
+    torch.testing.assert_close(c, (a.float() @ b.float()).to(torch.bfloat16), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("M,N,K", RULE_GPU_SHAPES)
+def test_gemm_without_options_runs_the_rules_choice(M, N, K):
+    torch.backends.cuda.matmul.allow_tf32 = False
+    import gemm_kernels
+    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    ref = a.float() @ b.float()
+    c = gemm_kernels.gemm(a, b)
+    assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2
