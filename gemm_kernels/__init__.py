@@ -1,7 +1,7 @@
 """GEMM, step by step: a 4-stage then a 7-stage TMA/MMA pipeline, the register-direct epilogue that frees
 the shared memory for those stages, and wave-tail tile balancing across the GPU's SMs.
 
-    c = gemm_kernels.gemm(a, b)                               # bf16 [M,K] x [K,N] -> bf16 [M,N], fp32 accumulate
+    c = gemm_kernels.gemm(a, b)                               # [M,K] x [K,N] -> [M,N], bf16 or fp16, fp32 sums
     c = gemm_kernels.gemm(a, b, schedule="uniform")           # any option of this GPU's backend, by name
     art = gemm_kernels.compile_gemm(4096, 4096, 4096, arch="sm_90a")   # no GPU needed: .ptx/.cubin/.sass
     gemm_kernels.waves.plan(4096, 4096, gpu="b200", tile_m=256, tile_ns=(256, 192))
@@ -42,7 +42,7 @@ def check_sizes(**sizes) -> None:
                              f"integers, so each of M, N, K must be at most {MAX_SIZE} (2^31 - 256)")
 
 
-def check_operand(name: str, t, dtypes: tuple = (torch.bfloat16,)) -> None:
+def check_operand(name: str, t, dtypes: tuple) -> None:
     """`t` a contiguous (row-major) 2-D CUDA tensor of one of `dtypes` that starts on a 16-byte boundary (TMA's
     rule), or a ValueError that names it. Every call pays for these checks in the synchronised timing: cheap
     attribute reads only."""
@@ -61,7 +61,8 @@ def check_operand(name: str, t, dtypes: tuple = (torch.bfloat16,)) -> None:
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, options=None, **overrides) -> torch.Tensor:
-    """a @ b on the tensor cores of this GPU. `options`: the backend's Options (`hopper_options.Options` on an
+    """a @ b on the tensor cores of this GPU: a [M, K] and b [K, N] row-major, both bf16 or both fp16, fp32
+    accumulation, c [M, N] of their dtype. `options`: the backend's Options (`hopper_options.Options` on an
     H100/H200, `blackwell_options.Options` on a B200); keyword arguments override its fields (tile, stages,
     epilogue, schedule, ...) or give `out`."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
@@ -72,5 +73,6 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options=None, **overrides) -> torch.T
 
 
 def compile_gemm(M: int, N: int, K: int, options=None, *, arch: str = "sm_90a", **overrides):
-    """Compile for `arch` with no GPU; returns an object with .ptx, .cubin and .sass."""
+    """Compile for `arch` with no GPU; returns an object with .ptx, .cubin and .sass. `dtype=torch.float16`
+    (a keyword, default bf16) builds for fp16 operands."""
     return backend(arch).compile_gemm(M, N, K, options, arch=arch, **overrides)

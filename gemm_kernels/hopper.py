@@ -1,7 +1,7 @@
 """The Hopper (sm_90a) GEMM kernel in CuTe DSL: TMA + WGMMA + an mbarrier ring, warp-specialised, persistent.
 
-    c = a @ b        a [M, K] row-major bf16, b [K, N] row-major bf16 (exactly what torch's `a @ b` takes),
-                     fp32 accumulation, c [M, N] row-major bf16.
+    c = a @ b        a [M, K] and b [K, N] row-major (exactly what torch's `a @ b` takes), both bf16 or both
+                     fp16 (`Config.dtype`), fp32 accumulation, c [M, N] row-major of that dtype.
 
 This file is the device code, one `HopperGemm` per `hopper_options.Config`. The host side (checks, plan,
 compile, launch) is `hopper_host`; the work list it walks is `hopper_worklist`; the epilogues are
@@ -48,6 +48,7 @@ import cutlass.cute as cute
 import cutlass.memory
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90
+import torch
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -59,12 +60,16 @@ from gemm_kernels.hopper_worklist import CONTRIBUTE, FINISH, SEGMENT_COLS
 THREADS = 384         # producer warpgroup + two consumer warpgroups
 QUEUE_DEPTH = 2       # dynamic schedule: item indices in flight (claimed for the next item / read for this one)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM
+# the element type of a, b and c for each of hopper_options.DTYPES
+ELEMENT_TYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
+
 
 class HopperGemm(Epilogues):
     """The kernel for one `Config`; `__call__` is the host-side @cute.jit entry point."""
 
     def __init__(self, config: Config):
         self.cfg = config
+        self.element = ELEMENT_TYPES[config.dtype]
         self.tile = (TILE_M, config.tile_n, TILE_K)
         self.staged = config.staged
         self.consumer_threads = 256
@@ -88,19 +93,19 @@ class HopperGemm(Epilogues):
         partials = cute.make_tensor(partials_ptr, cute.make_layout(1))   # stream-K workspace (fp32), by pointer
         trace = cute.make_tensor(trace_ptr, cute.make_layout((num_ctas, TRACE_COLS), stride=(TRACE_COLS, 1)))
         cfg = self.cfg
-        bf16 = cutlass.BFloat16
+        element = self.element
 
         def tiled_mma_for(n):
             # (2, 1, 1): the two consumer warpgroups split M; each issues m64 x n x k16.
-            return sm90.make_trivial_tiled_mma(bf16, bf16, OperandMajorMode.K, OperandMajorMode.MN,
+            return sm90.make_trivial_tiled_mma(element, element, OperandMajorMode.K, OperandMajorMode.MN,
                                                cutlass.Float32, (2, 1, 1), tiler_mn=(64, n))
 
         tiled_mma = tiled_mma_for(cfg.tile_n)
         narrow_mma = tiled_mma_for(cfg.narrow_n) if cutlass.const_expr(cfg.narrow_n is not None) else tiled_mma
 
-        a_layout = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile, bf16, cfg.stages)
-        b_layout = sm90.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.tile, bf16, cfg.stages)
-        epi_layout = sm90.make_smem_layout_epi(bf16, LayoutEnum.ROW_MAJOR, (TILE_M, EPI_N), cfg.epi_stages)
+        a_layout = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile, element, cfg.stages)
+        b_layout = sm90.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.tile, element, cfg.stages)
+        epi_layout = sm90.make_smem_layout_epi(element, LayoutEnum.ROW_MAJOR, (TILE_M, EPI_N), cfg.epi_stages)
 
         tma_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K))
@@ -123,9 +128,9 @@ class HopperGemm(Epilogues):
             ring_barriers: cute.struct.MemRange[cutlass.Int64, cfg.stages * 2]
             queue_barriers: cute.struct.MemRange[cutlass.Int64, QUEUE_DEPTH * 2]
             queue: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, QUEUE_DEPTH], 16]
-            sA: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(a_layout)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(b_layout)], 1024]
-            sC: cute.struct.Align[cute.struct.MemRange[bf16, epi_elems], 1024]
+            sA: cute.struct.Align[cute.struct.MemRange[element, cute.cosize(a_layout)], 1024]
+            sB: cute.struct.Align[cute.struct.MemRange[element, cute.cosize(b_layout)], 1024]
+            sC: cute.struct.Align[cute.struct.MemRange[element, epi_elems], 1024]
 
         self.shared_storage = SharedStorage
         self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials, trace,
@@ -159,8 +164,8 @@ class HopperGemm(Epilogues):
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        stage_bytes = (cute.size_in_bytes(cutlass.BFloat16, cute.slice_(a_layout, (None, None, 0)))
-                       + cute.size_in_bytes(cutlass.BFloat16, cute.slice_(b_layout, (None, None, 0))))
+        stage_bytes = (cute.size_in_bytes(self.element, cute.slice_(a_layout, (None, None, 0)))
+                       + cute.size_in_bytes(self.element, cute.slice_(b_layout, (None, None, 0))))
         # full[s]: one producer arrival + the TMA byte count (all of A and B land in every CTA);
         # empty[s]: one arrival per consumer warp of every CTA whose TMA writes into this slot.
         ring = pipeline.PipelineTmaAsync.create(
@@ -281,7 +286,7 @@ class HopperGemm(Epilogues):
 
         defer = cutlass.const_expr(cfg.defer_epilogue)
         if cutlass.const_expr(defer):
-            # C of the previous item, as bf16 pairs, stored 32 columns at a time behind this item's first K-blocks
+            # C of the previous item, as 16-bit pairs, stored 32 columns at a time behind this item's first K-blocks
             words = cute.make_rmem_tensor((cfg.tile_n // 32, 2, 4), cutlass.Int32)
             prev_m0, prev_n0, prev_width = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(0)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)

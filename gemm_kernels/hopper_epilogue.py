@@ -1,18 +1,20 @@
 """The Hopper GEMM's epilogues: from the consumers' fp32 accumulator to C, two ways (`Options.epilogue`).
 
-  * "staged": registers -> bf16 -> `stmatrix` into a shared-memory buffer of (128 x 32) sub-tiles ->
+c has the operands' dtype, bf16 or fp16 (`Config.dtype`): both epilogues round the fp32 sums to it.
+
+  * "staged": registers -> c's dtype -> `stmatrix` into a shared-memory buffer of (128 x 32) sub-tiles ->
     TMA store (cp.async.bulk.tensor shared -> global). Costs STAGED_BUFFERS x 8 KiB of shared memory.
-  * "register": registers -> bf16 -> a 4x4 transpose of 32-bit words inside each quad of lanes (two
+  * "register": registers -> c's dtype -> a 4x4 transpose of 32-bit words inside each quad of lanes (two
     butterfly shuffles) so that each lane holds 8 consecutive columns -> one 128-bit `st.global.v4` per
     lane. Uses no shared memory, which can go to pipeline stages instead (`gemm_kernels.stages`); with
     128x256x64 tiles it frees 16 KiB, less than one 48 KiB stage, so the ring stays 4 deep on Hopper.
-    By default it is *deferred* (`Options.defer_epilogue`): the accumulator is packed to bf16 registers
+    By default it is *deferred* (`Options.defer_epilogue`): the accumulator is packed to 16-bit registers
     (`pack_accumulator`) and the stores go out 32 columns at a time behind the next item's first 8 K-blocks
     (`HopperGemm.mainloop`), instead of holding the tensor cores while 132 SMs store C at once (~1.8 us a row
     on the H200, measured with `hopper_host.timeline`).
 
-`Epilogues` is the part of `hopper.HopperGemm` that does this; it reads the kernel's `cfg` and
-`consumer_threads`.
+`Epilogues` is the part of `hopper.HopperGemm` that does this; it reads the kernel's `cfg`, `element` (the
+element type of c) and `consumer_threads`.
 """
 from __future__ import annotations
 
@@ -27,7 +29,8 @@ from gemm_kernels.hopper_options import EPI_N, TILE_M
 
 
 class Epilogues:
-    """The epilogue methods of `hopper.HopperGemm` (a mixin: `self.cfg` is the kernel's Config)."""
+    """The epilogue methods of `hopper.HopperGemm` (a mixin: `self.cfg` is the kernel's Config, `self.element`
+    c's element type)."""
 
     # ---------------------------------------------------------------- epilogue 1: registers -> smem -> TMA
     @cute.jit
@@ -35,24 +38,24 @@ class Epilogues:
         """Once per CTA: the stmatrix copy from the accumulator layout to the sub-tile buffers, staging
         registers for one sub-tile, and the bulk-store group counter that guards buffer reuse."""
         copy_r2s = cute.make_tiled_copy_S(
-            sm90.get_smem_store_op(LayoutEnum.ROW_MAJOR, cutlass.BFloat16, cutlass.Float32),
+            sm90.get_smem_store_op(LayoutEnum.ROW_MAJOR, self.element, cutlass.Float32),
             cute.make_tiled_copy_C_atom(
-                cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), cutlass.BFloat16), tiled_mma))
+                cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.element), tiled_mma))
         thr_r2s = copy_r2s.get_slice(ctidx)
         tRS_sC = thr_r2s.partition_D(sC)                         # (R2S, R2S_M, R2S_N, buffer)
         rd_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
         tRS_f32 = cute.make_rmem_tensor(rd_shape, cutlass.Float32)
-        tRS_bf16 = cute.make_rmem_tensor(rd_shape, cutlass.BFloat16)
+        tRS_c = cute.make_rmem_tensor(rd_shape, self.element)
         store_ring = pipeline.PipelineTmaStore.create(
             num_stages=self.cfg.epi_stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads))
-        return copy_r2s, tRS_sC, tRS_f32, tRS_bf16, store_ring
+        return copy_r2s, tRS_sC, tRS_f32, tRS_c, store_ring
 
     @cute.jit
     def staged_epilogue(self, epi, acc, sC, tma_c, mC_tma, m0, n0, width, tiles_done, warp_idx):
-        """Per item: for each 32-column sub-tile the item owns, registers -> bf16 -> stmatrix into a buffer,
+        """Per item: for each 32-column sub-tile the item owns, registers -> c's dtype -> stmatrix into a buffer,
         then one warp TMA-stores the buffer; the store clips rows and columns outside C."""
-        copy_r2s, tRS_sC, tRS_f32, tRS_bf16, store_ring = epi
+        copy_r2s, tRS_sC, tRS_f32, tRS_c, store_ring = epi
         cfg = self.cfg
         sync = pipeline.NamedBarrier(barrier_id=1, num_threads=self.consumer_threads)
         tRS_acc = copy_r2s.retile(acc)
@@ -67,9 +70,9 @@ class Epilogues:
                 # Accumulator values of sub-tile j (column groups are outermost, so a contiguous range).
                 for v in cutlass.range_constexpr(per_sub):
                     tRS_f32[v] = tRS_acc[j * per_sub + v]
-                tRS_bf16.store(tRS_f32.load().to(cutlass.BFloat16))
+                tRS_c.store(tRS_f32.load().to(self.element))
                 buf = (tiles_done * n_sub + j) % cfg.epi_stages
-                cute.copy(copy_r2s, tRS_bf16, tRS_sC[(None, None, None, buf)])
+                cute.copy(copy_r2s, tRS_c, tRS_sC[(None, None, None, buf)])
                 cute.arch.fence_proxy("async.shared", space="cta")   # make stmatrix visible to TMA
                 sync.arrive_and_wait()
                 if warp_idx == 4:
@@ -81,11 +84,11 @@ class Epilogues:
     # ---------------------------------------------------------------- epilogue 2: registers -> global
     @cute.jit
     def register_epilogue(self, tiled_mma, acc, mC, m0, n0, width, ctidx):
-        """128-bit stores straight from registers: the accumulator packed to bf16 pairs, then stored.
+        """128-bit stores straight from registers: the accumulator packed to pairs of c's dtype, then stored.
 
         WGMMA leaves lane q of each quad (q = lane % 4) with columns 8g + 2q and 8g + 2q + 1 of every
         8-column group g, at rows r and r + 8. Four adjacent groups (32 columns) are thus a 4x4 matrix of
-        32-bit bf16 pairs spread over the quad, one row per lane; transposing it with two butterfly
+        32-bit pairs of 16-bit values spread over the quad, one row per lane; transposing it with two butterfly
         shuffles (xor 1, xor 2) leaves lane q with all 8 columns of group 4j + q: one 16-byte store.
         """
         words = cute.make_rmem_tensor((self.cfg.tile_n // 32, 2, 4), cutlass.Int32)
@@ -94,16 +97,16 @@ class Epilogues:
 
     @cute.jit
     def pack_accumulator(self, acc, words):
-        """words[j, h, t]: the bf16 pair this thread holds in column group 4j + t, row half h."""
+        """words[j, h, t]: the pair of c's dtype this thread holds in column group 4j + t, row half h."""
         block = cute.make_rmem_tensor((2, 2, 4), cutlass.Float32)      # (pair, row half, group) of 32 cols
-        block_bf16 = cute.make_rmem_tensor((2, 2, 4), cutlass.BFloat16)
+        block_c = cute.make_rmem_tensor((2, 2, 4), self.element)
         for j in cutlass.range_constexpr(self.cfg.tile_n // 32):
             for h in cutlass.range_constexpr(2):
                 for t in cutlass.range_constexpr(4):
                     for p in cutlass.range_constexpr(2):
                         block[p, h, t] = acc[(p, h, 4 * j + t), 0, 0]
-            block_bf16.store(block.load().to(cutlass.BFloat16))
-            packed = cute.recast_tensor(block_bf16, cutlass.Int32)      # (1, 2, 4): word (h, t)
+            block_c.store(block.load().to(self.element))
+            packed = cute.recast_tensor(block_c, cutlass.Int32)      # (1, 2, 4): word (h, t)
             for h in cutlass.range_constexpr(2):
                 for t in cutlass.range_constexpr(4):
                     words[j, h, t] = packed[0, h, t]

@@ -1,15 +1,15 @@
 """The Hopper GEMM from the host: check the operands, plan and compile once per shape and options, launch.
 
-    c = gemm(a, b)                                      # a [M, K] @ b [K, N], bf16, on an H100/H200
+    c = gemm(a, b)                                      # a [M, K] @ b [K, N], bf16 or fp16, on an H100/H200
     c = gemm(a, b, Options(schedule="uniform"))         # any `hopper_options.Options` ...
     c = gemm(a, b, cluster_m=1, out=c)                  # ... or its fields by name, over the default
     art = compile_gemm(4096, 4096, 4096)                # no GPU needed: workbook.sass.Artifacts
     c, frame = timeline(a, b)                           # the traced build: every CTA's rows (hopper_trace)
 
-A call's shape and options fix everything but the data: the plan (`hopper_options.plan_for`), the work list
+A call's shape, dtype and options fix everything but the data: the plan (`hopper_options.plan_for`), the work list
 (`hopper_worklist.work_rows`) on the device, the compiled kernel (`hopper.HopperGemm` for its `Config`; one
 compile serves every shape) and its launch cache (`workbook.launch`: marshalled arguments, then a CUDA graph
-replay). `_prepare` works that out once per (shape, device, options), so a repeated call costs a cache
+replay). `_prepare` works that out once per (shape, device, options, dtype), so a repeated call costs a cache
 lookup, the operand checks and a graph launch.
 """
 from __future__ import annotations
@@ -25,8 +25,9 @@ import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream
 
 from gemm_kernels import check_operand, rule
-from gemm_kernels.hopper import HopperGemm
-from gemm_kernels.hopper_options import ALIGN, ARCH, TILE_K, TILE_M, Config, Options, check_shape, config_for
+from gemm_kernels.hopper import ELEMENT_TYPES, HopperGemm
+from gemm_kernels.hopper_options import (ALIGN, ARCH, DTYPES, TILE_K, TILE_M, Config, Options, check_shape,
+                                         config_for)
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
 from gemm_kernels.hopper_worklist import band_rows_for, work_rows
 from workbook import launch
@@ -34,7 +35,7 @@ from workbook import launch
 
 @dataclass(frozen=True)
 class _Call:
-    """Everything about a GEMM call that its shape and options fix, worked out once (`_prepare`)."""
+    """Everything about a GEMM call that its shape, dtype and options fix, worked out once (`_prepare`)."""
     cfg: Config
     plan: object          # gemm_kernels.waves.Plan
     work: torch.Tensor    # the work list on the device, [rows, SEGMENT_COLS * segments] int32 (`work_rows`)
@@ -62,13 +63,13 @@ class _Call:
 
 
 @functools.lru_cache(maxsize=64)
-def _prepare(M: int, N: int, K: int, device: int, options: Options) -> _Call:
-    """Check the shape and the GPU, plan the work list and compile the kernel, once per shape, device and
-    options (planning is Python, milliseconds; the compile is seconds): a call then only reads this back."""
+def _prepare(M: int, N: int, K: int, device: int, options: Options, dtype: torch.dtype) -> _Call:
+    """Check the shape and the GPU, plan the work list and compile the kernel, once per shape, device, options
+    and dtype (planning is Python, milliseconds; the compile is seconds): a call then only reads this back."""
     check_shape(M, N, K)
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
-    cfg, plan = config_for(M, N, options)
+    cfg, plan = config_for(M, N, options, dtype=dtype)
     band_rows = band_rows_for(K) if options.band_rows is None else options.band_rows
     rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
@@ -77,8 +78,9 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options) -> _Call:
     return _Call(cfg, plan, work, _launches(cfg, device), sizes, partial_slots)
 
 
-def _call_for(M: int, N: int, K: int, device: int, options: Options | None = None, **overrides) -> _Call:
-    return _prepare(M, N, K, device, _options_for(M, N, K, options, overrides))
+def _call_for(M: int, N: int, K: int, device: int, options: Options | None = None, *,
+              dtype: torch.dtype = torch.bfloat16, **overrides) -> _Call:
+    return _prepare(M, N, K, device, _options_for(M, N, K, options, overrides), dtype)
 
 
 def _options_for(M: int, N: int, K: int, options: Options | None, overrides: dict) -> Options:
@@ -88,12 +90,13 @@ def _options_for(M: int, N: int, K: int, options: Options | None, overrides: dic
     return Options.of(options, **overrides)
 
 
-def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int, partials_addr: int,
-          trace_addr: int, M: int, N: int, K: int, num_items: int, num_ctas: int, stream):
-    """The kernel's arguments: 16-byte aligned global pointers, sizes, the grid and a stream."""
+def _args(cfg: Config, a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: int,
+          partials_addr: int, trace_addr: int, M: int, N: int, K: int, num_items: int, num_ctas: int, stream):
+    """The kernel's arguments for `cfg`: 16-byte aligned global pointers (a, b and c of `cfg.dtype`), sizes,
+    the grid and a stream."""
     ptr = functools.partial(launch.gmem_pointer, align=16)
-    bf16 = cutlass.BFloat16
-    return (ptr(bf16, a_addr), ptr(bf16, b_addr), ptr(bf16, c_addr), ptr(cutlass.Int32, work_addr),
+    element = ELEMENT_TYPES[cfg.dtype]
+    return (ptr(element, a_addr), ptr(element, b_addr), ptr(element, c_addr), ptr(cutlass.Int32, work_addr),
             ptr(cutlass.Int32, counter_addr), ptr(cutlass.Float32, partials_addr), ptr(cutlass.Int64, trace_addr),
             *(cutlass.Int32(v) for v in (M, N, K, num_items, num_ctas)), stream)
 
@@ -102,29 +105,33 @@ def _args(a_addr: int, b_addr: int, c_addr: int, work_addr: int, counter_addr: i
 def _launches(cfg: Config, device: int) -> launch.LaunchCache:
     """The kernel for `cfg` on one device, compiled on first use (with that device current), behind its launch
     cache. It is shape-generic: one compile serves every M, N, K."""
-    dummy = _args(16, 16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
+    dummy = _args(cfg, 16, 16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
     with launch.on_device(device):
         compiled = cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}")
     return launch.LaunchCache(compiled, device=device)
 
 
 def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch: str = ARCH, dump_dir=None,
-                 **overrides):
-    """Compile the kernel `gemm` would run for this shape on an H200, with no GPU: workbook.sass.Artifacts
-    (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the balanced plan's narrow width."""
+                 dtype: torch.dtype = torch.bfloat16, **overrides):
+    """Compile the kernel `gemm` would run for this shape and operand dtype (bf16 or fp16) on an H200, with no
+    GPU: workbook.sass.Artifacts (.ptx, .cubin, .sass). The kernel itself is shape-generic; M and N pick the
+    balanced plan's narrow width."""
     if arch != ARCH:
         raise ValueError(f"the Hopper GEMM compiles for {ARCH} only, not {arch!r}")
     check_shape(M, N, K)
     from workbook import gpus, sass
-    cfg, _ = config_for(M, N, _options_for(M, N, K, options, overrides), gpus.H200)
-    return sass.compile_for(HopperGemm(cfg), *_args(16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cfg.cluster_m,
+    cfg, _ = config_for(M, N, _options_for(M, N, K, options, overrides), gpus.H200, dtype=dtype)
+    return sass.compile_for(HopperGemm(cfg), *_args(cfg, 16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cfg.cluster_m,
                                                     make_fake_stream()), arch=arch, dump_dir=dump_dir)
 
 
 def _operands(a, b) -> tuple[int, int, int, int]:
-    """(M, N, K, device) of checked operands for c = a @ b."""
-    check_operand("a", a)
-    check_operand("b", b)
+    """(M, N, K, device) of checked operands for c = a @ b: both of one dtype, bf16 or fp16."""
+    check_operand("a", a, DTYPES)
+    check_operand("b", b, DTYPES)
+    if b.dtype != a.dtype:
+        raise ValueError(f"a and b must have one dtype (both bfloat16 or both float16), got {a.dtype} and "
+                         f"{b.dtype}")
     device = a.get_device()
     if b.get_device() != device:
         raise ValueError(f"a and b must be on one device, got {a.device} and {b.device}")
@@ -136,20 +143,22 @@ def _operands(a, b) -> tuple[int, int, int, int]:
 
 def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, out: torch.Tensor | None = None,
          **overrides) -> torch.Tensor:
-    """c = a @ b on an H100/H200: a [M, K], b [K, N] (both row-major bf16, as torch lays out `a @ b`),
-    fp32 accumulation, c [M, N] bf16 (written into `out` if given). `options`: a `hopper_options.Options`
-    (default: the per-shape rule's choice, `gemm_kernels.rule`; with keyword overrides alone, `Options()`),
-    with any of its fields overridden by keyword (`tile`, `stages`, `epilogue`,
-    `schedule`, `narrow_ns`, `cluster_m`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`, `stream_k`;
-    each is described there)."""
+    """c = a @ b on an H100/H200: a [M, K], b [K, N] (row-major, as torch lays out `a @ b`), both bf16 or both
+    fp16; fp32 accumulation; c [M, N] of their dtype (written into `out`, of that dtype, if given).
+    `options`: a `hopper_options.Options` (default: the per-shape rule's choice, `gemm_kernels.rule`; with
+    keyword overrides alone, `Options()`), with any of its fields overridden by keyword (`tile`, `stages`,
+    `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`,
+    `stream_k`; each is described there)."""
     M, N, K, device = _operands(a, b)
-    call = _call_for(M, N, K, device, options, **overrides)
-    if out is None:
-        out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
-    else:
-        check_operand("out", out)
+    if out is not None:
+        check_operand("out", out, DTYPES)
+        if out.dtype != a.dtype:
+            raise ValueError(f"out must have the operands' dtype {a.dtype}, got {out.dtype}")
         if out.shape != (M, N) or out.get_device() != device:
             raise ValueError(f"out must be [{M}, {N}] on {a.device}, got {tuple(out.shape)} on {out.device}")
+    call = _call_for(M, N, K, device, options, dtype=a.dtype, **overrides)
+    if out is None:
+        out = torch.empty((M, N), dtype=a.dtype, device=a.device)
 
     # The launch goes to the current device and stream; only switch devices when `a` lives elsewhere
     # (the switch costs host time, which the per-call-synchronised benchmark would count).
@@ -162,7 +171,8 @@ def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, st
     """Launch `call`'s kernel on checked operands (through its launch cache: a graph replay after the first)."""
     addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(),
              *(t.data_ptr() for t in call.scratch(stream)))
-    call.launches(addrs + call.sizes, lambda s: _args(*addrs, *call.sizes, cuda_driver.CUstream(s)), stream)
+    call.launches(addrs + call.sizes, lambda s: _args(call.cfg, *addrs, *call.sizes, cuda_driver.CUstream(s)),
+                  stream)
 
 
 def timeline(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, **overrides):
@@ -171,8 +181,8 @@ def timeline(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *
     frame): the `hopper_trace.trace_frame` of that launch, one row per segment a CTA ran, with the `width` of
     its work-list row."""
     M, N, K, device = _operands(a, b)
-    call = _call_for(M, N, K, device, options, **{**overrides, "trace": True})
-    out = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    call = _call_for(M, N, K, device, options, dtype=a.dtype, **{**overrides, "trace": True})
+    out = torch.empty((M, N), dtype=a.dtype, device=a.device)
     stream = launch.stream_handle(device)
     trace = call.scratch(stream)[2]
     trace.fill_(-1)                      # a stamp never written reads -1, not an old launch's value

@@ -14,6 +14,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+import torch
+
 import gemm_kernels
 from gemm_kernels import stages as stages_lib
 from gemm_kernels import waves
@@ -33,6 +35,7 @@ WIDTH_STEP = 16
 EPILOGUES = ("staged", "register")
 SCHEDULES = ("uniform", "balanced")
 ALIGN = 8             # elements: TMA wants 16-byte aligned strides
+DTYPES = (torch.bfloat16, torch.float16)   # of a, b and c (one of them per call); the accumulator is fp32
 DEFAULT_TILE = (TILE_M, 256, TILE_K)
 STAGED_BUFFERS = 2    # staged epilogue: (128 x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
 
@@ -69,6 +72,12 @@ def check_shape(M: int, N: int, K: int) -> None:
     if K % ALIGN or N % ALIGN:
         raise ValueError(f"K ({K}) and N ({N}) must be multiples of {ALIGN}: TMA needs the rows of a [M, K] "
                          f"and b [K, N] to start on 16-byte boundaries")
+
+
+def check_dtype(dtype) -> None:
+    if dtype not in DTYPES:
+        raise ValueError(f"the Hopper GEMM takes {' or '.join(str(d).removeprefix('torch.') for d in DTYPES)} "
+                         f"operands, got {dtype}")
 
 
 def check_band_rows(band_rows: int) -> None:
@@ -171,8 +180,10 @@ DEFAULT = Options.default()
 
 @dataclass(frozen=True)
 class Config:
-    """One compiled kernel: the tile (wide width), the optional narrow width, the ring depth, the epilogue.
-    Derived from checked `Options` and the plan by `config_for`; the kernel reads nothing else."""
+    """One compiled kernel: the element type, the tile (wide width), the optional narrow width, the ring depth,
+    the epilogue. Derived from checked `Options`, the operands' dtype and the plan by `config_for`; the kernel
+    reads nothing else."""
+    dtype: torch.dtype = torch.bfloat16   # of a, b and c: one of DTYPES (both 2 bytes: the smem arithmetic holds)
     tile_n: int = 256
     narrow_n: int | None = None
     stages: int = 4
@@ -213,14 +224,17 @@ def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrid
                       balanced=o.schedule == "balanced", schedule="static", ctas_per_item=o.cluster_m)
 
 
-def config_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> tuple[Config, waves.Plan]:
-    """(Config, Plan) for one GEMM: the compiled kernel's parameters and the work list it walks."""
+def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtype: torch.dtype = torch.bfloat16,
+               **overrides) -> tuple[Config, waves.Plan]:
+    """(Config, Plan) for one GEMM of `dtype` operands: the compiled kernel's parameters and the work list it
+    walks."""
+    check_dtype(dtype)
     o = Options.of(options, **overrides)
     plan = plan_for(M, N, o, gpu)
     if o.stream_k and plan.narrow is not None:
         raise ValueError("stream_k splits uniform tiles; a balanced plan with narrow tiles fills its last wave "
                          "already")
-    cfg = Config(tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages, epilogue=o.epilogue,
+    cfg = Config(dtype=dtype, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages, epilogue=o.epilogue,
                  epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m, dynamic=o.dynamic, defer_epilogue=o.deferred,
                  stream_k=o.stream_k, trace=o.trace)
     return cfg, plan

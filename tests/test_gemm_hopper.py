@@ -1,7 +1,9 @@
 """The Hopper GEMM: what it compiles to (CPU, no GPU needed) and what it computes (GPU, marked `gpu`)."""
 from __future__ import annotations
 
+import dataclasses
 import functools
+import re
 
 import pytest
 import torch
@@ -60,6 +62,12 @@ PIPELINED = {
     "trace": (4096, dict(CLUSTER, trace=True)),
     "trace-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", trace=True)),
 }
+# fp16 operands: the default build (deferred register epilogue, narrow width, pairs) and the staged epilogue
+FP16_BUILDS = {
+    "deferred-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", defer_epilogue=True, dtype=torch.float16)),
+    "staged": (4096, dict(STAGED, dtype=torch.float16)),
+}
+PIPELINED.update({f"fp16-{name}": build for name, build in FP16_BUILDS.items()})
 
 
 @pytest.mark.parametrize("name", list(PIPELINED))
@@ -76,6 +84,53 @@ def test_wgmmas_are_not_serialized(name):
     waits = 2 + (256 // 32 if kw.get("defer_epilogue") else 0)
     assert count(hist, "HGMMA") >= 4 * loops, hist
     assert count(hist, "WARPGROUP.DEPBAR") == waits * loops, hist
+
+
+@pytest.mark.parametrize("name", list(FP16_BUILDS))
+def test_fp16_builds_multiply_and_round_in_fp16(name):
+    """The fp16 build is the bf16 build with another element type: WGMMA of f16 operands into f32, the
+    epilogue's conversion to f16, and nothing left of bf16 (which the kernel's name would carry too, were any
+    layout or copy atom still bf16); the same instructions otherwise, and no spills."""
+    size, kw = FP16_BUILDS[name]
+    art = compiled(size, size, size, **kw)
+    base = compiled(size, size, size, **{k: v for k, v in kw.items() if k != "dtype"})
+    assert set(re.findall(r"wgmma\.mma_async\.\S*", art.ptx)) == {
+        w.replace(".bf16", ".f16") for w in re.findall(r"wgmma\.mma_async\.\S*", base.ptx)}
+    assert re.search(r"wgmma\.mma_async\.sync\.aligned\.m64n256k16\.f32\.f16\.f16", art.ptx)
+    assert "cvt.rn.f16x2.f32" in art.ptx and "bf16" not in art.ptx
+    assert "cvt.rn.bf16x2.f32" in base.ptx                          # the check can see a bf16 conversion
+    hist, ref = opcodes(art), opcodes(base)
+    assert count(hist, "HGMMA.64x256x16.F32.BF16") == 0 and count(hist, "F2FP.BF16") == 0, hist
+    assert count(hist, "HGMMA.64x256x16.F32") == count(ref, "HGMMA.64x256x16.F32.BF16") > 0, hist
+    assert count(hist, "F2FP.F16.F32.PACK_AB") == count(ref, "F2FP.BF16.F32.PACK_AB") > 0, hist
+    assert count(hist, "LDL") == count(hist, "STL") == 0, "register spills"
+    assert len(sass.instructions(art.sass)) == len(sass.instructions(base.sass))
+
+
+def test_dtype_is_part_of_the_compiled_config():
+    """Each operand dtype compiles its own kernel: `hopper_host._launches` caches kernels on the Config."""
+    bf16, _ = hopper_options.config_for(4096, 4096)
+    fp16, _ = hopper_options.config_for(4096, 4096, dtype=torch.float16)
+    assert bf16.dtype == torch.bfloat16 and fp16.dtype == torch.float16
+    assert fp16 != bf16 and fp16 == dataclasses.replace(bf16, dtype=torch.float16)
+    for bad in (torch.float32, torch.float8_e4m3fn):
+        with pytest.raises(ValueError, match="bfloat16 or float16"):
+            hopper_options.config_for(4096, 4096, dtype=bad)
+        with pytest.raises(ValueError, match="bfloat16 or float16"):
+            hopper_host.compile_gemm(4096, 4096, 4096, dtype=bad)
+
+
+def test_gemm_refuses_mixed_dtypes_and_an_out_of_another_dtype(monkeypatch):
+    """The dtype rules of `gemm`, on a CPU: the device checks of `check_operand` are stubbed out, so the call
+    reaches the rules that tie a, b and out to one dtype (the GPU test below runs them for real)."""
+    monkeypatch.setattr(hopper_host, "check_operand", lambda name, t, dtypes: None)
+    a16, abf = torch.zeros(64, 64, dtype=torch.float16), torch.zeros(64, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="one dtype"):
+        hopper_host.gemm(a16, abf)
+    with pytest.raises(ValueError, match="one dtype"):
+        hopper_host.timeline(abf, a16)
+    with pytest.raises(ValueError, match="out must have the operands' dtype torch.float16"):
+        hopper_host.gemm(a16, a16, out=abf)
 
 
 def test_register_epilogue_stores_128_bits_from_registers():
@@ -306,6 +361,13 @@ GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024),
               (4000, 4000, 264)]
 
 
+# fp16 operands run the same kernel with another element type: the default build, stream-K, the 128-wide
+# single-CTA build and the staged epilogue (its own conversion and stmatrix path) cover every place it enters.
+FP16_CONFIGS = ("default", "stream-k", "7-stage-128", "staged-uniform")
+DTYPE_CONFIGS = ([pytest.param(torch.bfloat16, c, id=f"bf16-{c}") for c in GPU_CONFIGS]
+                 + [pytest.param(torch.float16, c, id=f"fp16-{c}") for c in FP16_CONFIGS])
+
+
 def fp32_reference(a, b):
     return a.float() @ b.float()
 
@@ -313,33 +375,36 @@ def fp32_reference(a, b):
 @pytest.mark.gpu
 @needs_cuda
 @needs_hopper
-@pytest.mark.parametrize("config", list(GPU_CONFIGS))
+@pytest.mark.parametrize("dtype,config", DTYPE_CONFIGS)
 @pytest.mark.parametrize("M,N,K", GPU_SHAPES)
-def test_random_inputs_match_fp32_reference(config, M, N, K):
+def test_random_inputs_match_fp32_reference(dtype, config, M, N, K):
     torch.backends.cuda.matmul.allow_tf32 = False
-    a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-    out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)   # every element must be written
+    a = torch.randn(M, K, device="cuda", dtype=dtype)
+    b = torch.randn(K, N, device="cuda", dtype=dtype)
+    out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)   # every element must be written
     c = hopper_host.gemm(a, b, out=out, **GPU_CONFIGS[config])
-    assert c is out
+    assert c is out and c.dtype == dtype
     ref = fp32_reference(a, b)
     assert torch.isfinite(c).all(), "unwritten (NaN) output elements"
     rel = ((c.float() - ref).norm() / ref.norm()).item()
-    assert rel < 1e-2, f"relative error {rel:.3e}"
+    # rounding c to its dtype costs about 2^-8 / sqrt(3) (bf16) or 2^-11 / sqrt(3) (fp16) in this norm: the
+    # fp16 bound is below what an fp16 c rounded through bf16 would show
+    assert rel < (1e-2 if dtype == torch.bfloat16 else 1e-3), f"relative error {rel:.3e}"
 
 
 @pytest.mark.gpu
 @needs_cuda
 @needs_hopper
-@pytest.mark.parametrize("config", list(GPU_CONFIGS))
+@pytest.mark.parametrize("dtype,config", DTYPE_CONFIGS)
 @pytest.mark.parametrize("M,N,K", [(1000, 1032, 520), (2048, 5120, 512), (4000, 4000, 264)])
-def test_small_integers_are_exact(config, M, N, K):
+def test_small_integers_are_exact(dtype, config, M, N, K):
     # |a|, |b| <= 3 and K <= 520: every partial sum is an integer < 2^24, exact in fp32, so the only rounding
-    # is the final one to bf16, which the reference does the same way.
-    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
-    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    # is the final one to c's dtype, which the reference does the same way (fp16 holds integers exactly only
+    # up to 2048: above that both round to even).
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(dtype)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(dtype)
     c = hopper_host.gemm(a, b, **GPU_CONFIGS[config])
-    assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
+    assert c.dtype == dtype and torch.equal(c, fp32_reference(a, b).to(dtype))
 
 
 @pytest.mark.gpu
@@ -376,8 +441,12 @@ def test_balanced_schedule_really_has_narrow_items():
 @needs_hopper
 def test_gpu_input_errors():
     a = torch.zeros(64, 64, device="cuda", dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="bfloat16"):
-        hopper_host.gemm(a.half(), a.half())
+    with pytest.raises(ValueError, match="bfloat16 or float16"):
+        hopper_host.gemm(a.float(), a.float())
+    with pytest.raises(ValueError, match="one dtype"):
+        hopper_host.gemm(a, a.half())
+    with pytest.raises(ValueError, match="out must have the operands' dtype torch.float16"):
+        hopper_host.gemm(a.half(), a.half(), out=a)
     with pytest.raises(ValueError, match="multiples of 8"):
         hopper_host.gemm(a[:, :60].contiguous(), a[:60].contiguous())
     with pytest.raises(ValueError, match="inner dimensions"):
