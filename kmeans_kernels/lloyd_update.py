@@ -12,7 +12,7 @@ zero, exactly; the rule and why it is exact are there), bit for bit, without tha
 
 1. sort the ids (int32, `torch.sort` on the device: no wait for the host) into `sorted_ids` and the
    permutation `order`;
-2. one kernel walks the sorted order in fixed chunks of ``ROWS_PER_GROUP`` rows (never one CTA per cluster,
+2. one kernel walks the sorted order in fixed chunks of rows (`rows_per_group`; never one CTA per cluster,
    so one huge cluster cannot serialise it): a group of D / 8 threads reads each row of the 16-bit x through
    the permutation (16 contiguous bytes per thread, a whole row per group), converts it by the rule
    (fp32(x) * 2^s1 * 2^s2, truncated to int64: one F2I.S64 per coordinate), adds runs of equal ids in int64
@@ -43,8 +43,10 @@ from workbook import launch, sass
 
 VEC = 8                # 16-bit elements per thread per row: one 16-byte load
 THREADS = 256          # per CTA, at most: whole row groups of D / VEC threads
-ROWS_PER_GROUP = 64    # sorted rows a group walks: the grid's unit of work, whatever the cluster sizes
+ROWS_PER_GROUP = 64    # sorted rows a group walks, at most: the grid's unit of work, whatever the cluster sizes
 UNROLL = 4             # rows a group loads before it adds them: 4 loads in flight per thread
+CTAS_PER_SM = 4        # fewer rows per group where N would give fewer CTAs than this per SM
+MAX_ROWS = 2**31 - 1 - (THREADS + 1) * ROWS_PER_GROUP   # row indices (and a grid's overshoot) in 32 bits
 D_LIMIT = THREADS * VEC
 ARCHS = ("sm_90a", "sm_100a")
 _DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
@@ -136,6 +138,19 @@ def check_shape(D: int, dtype: torch.dtype) -> None:
         raise ValueError(f"the update kernel takes D a multiple of {VEC} (16-byte rows) up to {D_LIMIT}; got D={D!r}")
 
 
+def rows_per_group(N: int, D: int, sm_count: int) -> int:
+    """Sorted rows per group: ROWS_PER_GROUP (long runs, few atomics), or fewer, in steps of UNROLL, where N
+    would otherwise leave SMs idle. At 1M x 128, 64; at 65536 x 128 on 132 SMs, 4 (1024 CTAs, not 64)."""
+    groups = max(1, THREADS // (D // VEC))
+    fit = N // (groups * CTAS_PER_SM * sm_count)
+    return max(UNROLL, min(ROWS_PER_GROUP, fit // UNROLL * UNROLL))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def _args(dtype: torch.dtype, x: int, ids: int, order: int, sums: int, counts: int, N: int, k: int, rows: int,
           f1: float, f2: float, stream):
     """The kernel's arguments: global pointers (x 16-byte aligned, for the vector loads), sizes, the scale."""
@@ -174,8 +189,8 @@ def check_inputs(x, sorted_ids, order, sums, counts) -> None:
     check_shape(D, x.dtype)
     if x.data_ptr() % 16:
         raise ValueError(f"x must start on a 16-byte boundary for the vector loads; its address is {x.data_ptr():#x}")
-    if not 1 <= N <= 2**31 - 1 - 2 * ROWS_PER_GROUP:
-        raise ValueError(f"N={N} is out of range: the kernel indexes rows with 32-bit integers")
+    if not 1 <= N <= MAX_ROWS:
+        raise ValueError(f"N={N} is out of range: the kernel indexes rows with 32-bit integers (N <= {MAX_ROWS})")
     want = {"sorted_ids": (sorted_ids, torch.int32, (N,)), "order": (order, torch.int64, (N,)),
             "counts": (counts, torch.int64, None), "sums": (sums, torch.int64, None)}
     for name, (t, dtype, shape) in want.items():
@@ -203,6 +218,6 @@ def cluster_sums(x: torch.Tensor, sorted_ids: torch.Tensor, order: torch.Tensor,
     N, D = x.shape
     k = sums.shape[0] - 1
     values = (x.data_ptr(), sorted_ids.data_ptr(), order.data_ptr(), sums.data_ptr(), counts.data_ptr(), N, k,
-              ROWS_PER_GROUP, *scale_factors(s))
+              rows_per_group(N, D, _sm_count(device)), *scale_factors(s))
     _launches(D, x.dtype, arch, device)(values, lambda st: _args(x.dtype, *values, cuda.CUstream(st)),
                                          launch.stream_handle(device))

@@ -88,6 +88,17 @@ def test_kernel_compiles_for_sm_100a():
     assert "cvt.rzi.s64.f32" in art.ptx and re.search(r"\b(red|atom)\.\S*global\.add\.u64\b", art.ptx)
 
 
+def test_rows_per_group_keeps_every_sm_busy_and_runs_long():
+    from kmeans_kernels import lloyd_update as lu
+    assert lu.rows_per_group(1 << 20, 128, 132) == lu.ROWS_PER_GROUP
+    for N, D in [(65536, 128), (262144, 128), (65536, 256), (1 << 20, 64), (1, 128), (4096, 512), (10**6, 72)]:
+        rows = lu.rows_per_group(N, D, 132)
+        assert lu.UNROLL <= rows <= lu.ROWS_PER_GROUP and rows % lu.UNROLL == 0
+        groups = lu.THREADS // (D // lu.VEC)
+        ctas = -(-N // (groups * rows))
+        assert ctas >= lu.CTAS_PER_SM * 132 or rows == lu.UNROLL
+
+
 def test_kernel_rejects_what_it_cannot_take():
     from kmeans_kernels import lloyd_update
     with pytest.raises(ValueError, match="multiple of 8"):
@@ -116,7 +127,7 @@ def _case(N, D, k, dtype, seed, crowd=None):
     """x with negative values over many magnitudes (so that truncation happens), ids in [-1, k) with cluster 1
     left empty and, if `crowd`, that share of the points in cluster 0."""
     g = torch.Generator(device="cuda").manual_seed(seed)
-    mag = 2.0 ** torch.randint(-24, 4, (N, 1), generator=g, device="cuda")
+    mag = 2.0 ** torch.randint(-40, 4, (N, 1), generator=g, device="cuda")
     x = (torch.randn(N, D, generator=g, device="cuda") * mag).to(dtype)
     ids = torch.randint(-1, k, (N,), generator=g, device="cuda", dtype=torch.int32)
     ids[ids == 1] = 2
@@ -158,10 +169,13 @@ def test_cluster_sums_equal_index_add_of_the_fixed_point_copy(dtype, D, N, k, cr
 
 @gpu
 @needs_cuda
-def test_cluster_sums_at_the_benchmark_shape():
+def test_cluster_sums_at_a_million_rows():
+    """The benchmark's size, where a group walks the most rows (ROWS_PER_GROUP), plus a tail; half the points
+    in one cluster."""
     from kmeans_kernels import lloyd_update
-    N, D, k = 1 << 20, 128, 4096
-    x, ids = _case(N, D, k, torch.bfloat16, seed=11)
+    N, D, k = (1 << 20) + 37, 128, 4096
+    assert lloyd_update.rows_per_group(N, D, torch.cuda.get_device_properties(0).multi_processor_count) == 64
+    x, ids = _case(N, D, k, torch.bfloat16, seed=11, crowd=0.5)
     s = fitmod._scale_exponent(x, fitmod._Shards(None, N))
     want_sums, want_counts = _want(x, ids, k, s)
     sums, counts = torch.zeros_like(want_sums), torch.zeros_like(want_counts)
