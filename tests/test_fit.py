@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import kmeans_kernels
-from kmeans_kernels import lloyd_distributed, lloyd_update
+from kmeans_kernels import lloyd_distributed
 
 from kmeans_kernels import lloyd as fitmod
 bf16 = torch.bfloat16
@@ -77,7 +77,7 @@ def test_fixed_point_sums_are_order_free_where_float_sums_are_not():
 
     def fixed_sums(x, ids):
         s = 62 - math.ceil(math.log2(5000)) - math.frexp(float(x.float().abs().max()))[1]
-        return torch.zeros(3, 8, dtype=torch.int64).index_add_(0, ids, lloyd_update.fixed_point(x, s))
+        return torch.zeros(3, 8, dtype=torch.int64).index_add_(0, ids, fitmod.fixed_point(x, s))
 
     assert not torch.equal(float_sums(x, ids), float_sums(x[perm], ids[perm]))
     assert torch.equal(fixed_sums(x, ids), fixed_sums(x[perm], ids[perm]))
@@ -356,7 +356,7 @@ def test_fixed_point_precision_is_as_documented():
     x[2, 0] = -(2.0 ** -52) * 1.5            # below the grid step 2^-51: truncated to 0
     shards = fitmod._Shards(None, N)
     s = fitmod._scale_exponent(x, shards)
-    q = lloyd_update.fixed_point(x, s)
+    q = fitmod.fixed_point(x, s)
     assert s == 51
     assert q[1, 0] / 2.0 ** s == float(x[1, 0]) and q[0, 0] / 2.0 ** s == 1.5
     assert int(q[2, 0]) == 0
