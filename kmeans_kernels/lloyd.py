@@ -11,15 +11,16 @@ points. Here:
   every rank and every iteration runs the same kernel), `kmeans_kernels.reference.assign` on the CPU; both
   give the same ids on exact inputs. The centroids are kept in fp32; each iteration casts them to x's dtype
   for the assignment and passes their norms (`c_sq`) to it.
-* **Update, deterministic by arithmetic**: every coordinate of x is turned once, at the start, into a 64-bit
-  fixed-point integer (x * 2^s, truncated toward zero, with s chosen from the largest |x| and N so that no
-  sum can overflow), and the per-cluster sums are integer `index_add_`s. Integer addition is associative,
-  so the order in which the GPU's atomics land cannot change a single bit: the same input gives the same
-  centroids run after run, and the all-reduce of integer sums is exact, so the sharded run equals the
-  single-process run bit for bit (given the same ids). Float atomics would round differently with every
-  arrival order; sorting the points by cluster and reducing segments in a fixed order would be deterministic
-  too, but it copies x in sorted order every iteration. The price here: 8 bytes per coordinate held for the
-  whole fit and read once per iteration (4x a bf16 x). Precision, with L = ceil(log2 N): the grid step is
+* **Update, deterministic by arithmetic**: every coordinate of x counts as a 64-bit fixed-point integer
+  (x * 2^s, truncated toward zero, with s chosen from the largest |x| and N so that no sum can overflow;
+  the rule and why it is exact: `fixed_point`), and the per-cluster sums are integer sums.
+  Integer addition is associative, so the order in which the GPU's atomics land cannot change a single bit:
+  the same input gives the same centroids run after run, and the all-reduce of integer sums is exact, so the
+  sharded run equals the single-process run bit for bit (given the same ids). Float atomics would round
+  differently with every arrival order. On CUDA each iteration sorts the ids and one kernel sums runs of
+  equal ids from the 16-bit x itself (`lloyd_update.cluster_sums`: x read once in 16 bits, a few million
+  atomics); on the CPU the sums are `index_add_`s of a fixed-point copy of x made once (8 bytes per
+  coordinate); both give the same integers. Precision, with L = ceil(log2 N): the grid step is
   at most 2^(L - 61) max|x|, so a bf16 value at least max|x| / 2^(55 - L) (fp16: / 2^(52 - L)) is exact,
   a factor 2^35 (2^32) at N = 1M, and a smaller one is truncated toward zero to the grid. The mean is then
   formed in float64 and rounded once to fp32, the same operations on CPU and GPU.
@@ -75,7 +76,9 @@ FIT_DTYPES = (torch.bfloat16, torch.float16)
 SAMPLE_PER_CLUSTER = 16   # k-means++ runs on at most max(16 k, SAMPLE_MIN) rows of x
 SAMPLE_MIN = 8192
 FIXED_POINT_BITS = 62     # sums of N fixed-point values stay below 2^62 < 2^63
-_CHUNK_ELEMENTS = 1 << 22  # elements per chunk of the one-off float64 passes over x: 32 MiB
+UPDATES = ("sorted", "index_add")  # the per-iteration sums: sort + kernel (CUDA), or index_add_ of a fixed-point copy
+_CUDA_UPDATE = "sorted"   # what fit uses on CUDA (tests switch it to compare the two)
+_CHUNK_ELEMENTS = 1 << 22  # elements per chunk of the passes over x in torch: 16 MiB of fp32, 32 MiB of int64
 
 
 @dataclass(frozen=True)
@@ -290,14 +293,42 @@ def _scale_exponent(x: torch.Tensor, shards: _Shards) -> int:
     return FIXED_POINT_BITS - math.ceil(math.log2(shards.total)) - e
 
 
-def _fixed_point(x: torch.Tensor, s: int) -> torch.Tensor:
-    """x * 2^s truncated toward zero, int64 [N, D]: exact for every coordinate on the 2^-s grid."""
+def scale_factors(s: int) -> tuple[float, float]:
+    """(2^s1, 2^s2) with s1 + s2 = s, both normal fp32 numbers: `fixed_point` takes x * 2^s as
+    fp32(x) * 2^s1 * 2^s2. Every s that bf16 or fp16 data can need (-97 <= s <= 194) splits so."""
+    s1 = s // 2
+    s2 = s - s1
+    if not (-126 <= s1 <= 127 and -126 <= s2 <= 127):
+        raise ValueError(f"fixed-point scale 2^{s} is outside what two fp32 factors hold (-252 <= s <= 254)")
+    return math.ldexp(1.0, s1), math.ldexp(1.0, s2)
+
+
+def fixed_point(x: torch.Tensor, s: int) -> torch.Tensor:
+    """x * 2^s truncated toward zero, int64 [N, D] on x's device: exact for every coordinate on the 2^-s grid.
+
+    The fixed-point rule of the whole update, here and in the CUDA kernel (`kmeans_kernels.lloyd_update`),
+    which does the same three operations per coordinate: int64(fp32(x) * 2^s1 * 2^s2) with s1 + s2 = s
+    (`scale_factors`). That equals int64(fp64(x) * 2^s) bit for bit: x (bf16 or fp16) has at most 11
+    significant bits, so scaling it by a power of two is exact while the result is a normal fp32; it cannot
+    overflow, as `_scale_exponent` makes every |x * 2^s| < 2^62; and a product that falls into the subnormal
+    range has an exact value below 1, which truncates to 0 whether it was rounded or not. Two fp32 products
+    and one conversion, where the float64 route takes two conversions: the conversions are the kernel's
+    slowest operation. tests/test_lloyd_update.py checks it against float64 on every bf16 and fp16 value."""
     out = torch.empty(x.shape, dtype=torch.int64, device=x.device)
+    f1, f2 = scale_factors(s)
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
-    scale = math.ldexp(1.0, s)
     for r0 in range(0, x.shape[0], step):
-        out[r0:r0 + step] = x[r0:r0 + step].double().mul_(scale)
+        out[r0:r0 + step] = x[r0:r0 + step].float().mul_(f1).mul_(f2)   # the int64 copy truncates toward zero
     return out
+
+
+def fixed_point_total(x: torch.Tensor, s: int) -> torch.Tensor:
+    """fixed_point(x, s).sum(0), int64 [D], chunk by chunk: the same integer without an N x D int64 copy."""
+    total = torch.zeros(x.shape[1], dtype=torch.int64, device=x.device)
+    step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+    for r0 in range(0, x.shape[0], step):
+        total += fixed_point(x[r0:r0 + step], s).sum(0)
+    return total
 
 
 def _kmeans_plus_plus(sample: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
@@ -351,9 +382,11 @@ def _initial_centroids(x, k, init, seed, shards: _Shards) -> torch.Tensor:
 
 
 class _Lloyd:
-    """The state of one fit: x in fixed point, the data mean and spread, one buffer for the sums."""
+    """The state of one fit: x's fixed-point scale, the data mean and spread, one buffer for the sums, and what
+    the update needs per iteration. `update`: "sorted" (CUDA only: sort the ids, sum runs from x itself) or
+    "index_add" (a fixed-point copy of x, made once); None: "sorted" on CUDA, "index_add" on the CPU."""
 
-    def __init__(self, x: torch.Tensor, k: int, variant: str, shards: _Shards):
+    def __init__(self, x: torch.Tensor, k: int, variant: str, shards: _Shards, update: str | None = None):
         self.x, self.k, self.shards = x, k, shards
         N, D = shards.total, x.shape[1]
         if x.is_cuda:
@@ -362,15 +395,25 @@ class _Lloyd:
             if variant not in be.VARIANTS:
                 raise ValueError(f"variant {variant!r} does not exist; choose from {('auto',) + tuple(be.VARIANTS)}")
         self.variant = variant
+        self.update_method = update or (_CUDA_UPDATE if x.is_cuda else "index_add")
+        if self.update_method not in UPDATES or (self.update_method == "sorted" and not x.is_cuda):
+            raise ValueError(f"update {self.update_method!r}: choose from {UPDATES} ('sorted' on CUDA only)")
         self.s = _scale_exponent(x, shards)
-        self.xq = _fixed_point(x, self.s)
         self.unit = math.ldexp(1.0, -self.s)  # the value of one fixed-point step
+        if self.update_method == "sorted":
+            from kmeans_kernels import lloyd_update   # CuTe DSL: imported with the CUDA path only
+            self.cluster_sums = lloyd_update.cluster_sums
+            self.sorted_ids = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
+            self.order = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+        else:
+            self.xq = fixed_point(x, self.s)
+            self.ones = torch.ones(x.shape[0], dtype=torch.int64, device=x.device)
         # one int64 buffer, all-reduced in one call: K+1 rows of sums (row K takes points with no winner),
         # then K+1 counts and the number of points whose id changed
         self.acc = torch.zeros((k + 1) * D + k + 2, dtype=torch.int64, device=x.device)
         self.sums = self.acc[:(k + 1) * D].view(k + 1, D)
         self.counts = self.acc[(k + 1) * D:]
-        total = shards.all_reduce(self.xq.sum(0))
+        total = shards.all_reduce(fixed_point_total(x, self.s))
         self.mean = (total.double() * self.unit) / N
         spread = torch.zeros((), dtype=torch.float64, device=x.device)
         step = max(1, _CHUNK_ELEMENTS // D)
@@ -382,7 +425,6 @@ class _Lloyd:
         self.c_low = torch.empty(k, D, dtype=x.dtype, device=x.device)
         self.c_sq = torch.empty(k, dtype=torch.float32, device=x.device)
         self.unassigned = torch.zeros((), dtype=torch.int64, device=x.device)
-        self.ones = torch.ones(x.shape[0], dtype=torch.int64, device=x.device)
 
     def assign(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """ids of x to c rounded to x's dtype, into `out`. The rounded centroids and their norms live in the
@@ -397,10 +439,15 @@ class _Lloyd:
     def accumulate(self, ids: torch.Tensor, previous: torch.Tensor | None) -> None:
         """Global per-cluster fixed-point sums and counts of `ids` (and how many changed) into self.acc."""
         k = self.k
-        slot = torch.where(ids < 0, k, ids)
         self.acc.zero_()
-        self.sums.index_add_(0, slot, self.xq)
-        self.counts[:k + 1].index_add_(0, slot, self.ones)  # not bincount: on CUDA it waits for the GPU
+        if self.update_method == "sorted":
+            # the buffers are the same every iteration, so the kernel's launch cache hits; nothing waits
+            torch.sort(ids, stable=True, out=(self.sorted_ids, self.order))
+            self.cluster_sums(self.x, self.sorted_ids, self.order, self.s, self.sums, self.counts[:k + 1])
+        else:
+            slot = torch.where(ids < 0, k, ids)
+            self.sums.index_add_(0, slot, self.xq)
+            self.counts[:k + 1].index_add_(0, slot, self.ones)  # not bincount: on CUDA it waits for the GPU
         if previous is not None:
             self.counts[k + 1] = (ids != previous).sum()
         _mark("all_reduce", self.x.device)

@@ -77,7 +77,7 @@ def test_fixed_point_sums_are_order_free_where_float_sums_are_not():
 
     def fixed_sums(x, ids):
         s = 62 - math.ceil(math.log2(5000)) - math.frexp(float(x.float().abs().max()))[1]
-        return torch.zeros(3, 8, dtype=torch.int64).index_add_(0, ids, fitmod._fixed_point(x, s))
+        return torch.zeros(3, 8, dtype=torch.int64).index_add_(0, ids, fitmod.fixed_point(x, s))
 
     assert not torch.equal(float_sums(x, ids), float_sums(x[perm], ids[perm]))
     assert torch.equal(fixed_sums(x, ids), fixed_sums(x[perm], ids[perm]))
@@ -330,11 +330,13 @@ def test_bench_summary_and_scaling_tables():
     import pandas as pd
     from kmeans_kernels import lloyd_bench
     df = pd.DataFrame([_rows(), _rows(variant="lloyd", ms_median=0.9), _rows(variant="assign", ms_median=0.75),
+                       _rows(variant="lloyd_index_add", ms_median=1.5),
                        _rows(kernel="flashlib", variant="flash_kmeans", ms_median=1.8),
                        _rows(variant="fit", ms_median=5.0, date="2026-11-01T00:00:00Z")])
     t = lloyd_bench.summary(df)
     assert len(t) == 1 and t["ours/fit ms"][0] == 1.0
     assert t["lloyd/assign"][0] == pytest.approx(1.2) and t["flashlib/lloyd"][0] == pytest.approx(2.0)
+    assert t["lloyd_index_add/assign"][0] == pytest.approx(2.0)
     assert lloyd_bench.summary(df.iloc[0:0]).empty
     dd = pd.DataFrame([_rows(variant="fit_single", N=2_000_000, world=1, ms_median=4.0, allreduce_share=0.0,
                              centroids_equal=1),
@@ -354,7 +356,7 @@ def test_fixed_point_precision_is_as_documented():
     x[2, 0] = -(2.0 ** -52) * 1.5            # below the grid step 2^-51: truncated to 0
     shards = fitmod._Shards(None, N)
     s = fitmod._scale_exponent(x, shards)
-    q = fitmod._fixed_point(x, s)
+    q = fitmod.fixed_point(x, s)
     assert s == 51
     assert q[1, 0] / 2.0 ** s == float(x[1, 0]) and q[0, 0] / 2.0 ** s == 1.5
     assert int(q[2, 0]) == 0
@@ -367,14 +369,16 @@ def test_lloyd_bench_contenders_run_on_the_cpu_path():
     x, labels, centres = symmetric_blobs(8, 40, 32, seed=9)
     sets = [(x, one_per_cluster(x, labels, 8))]
     fns = lloyd_bench.contenders({"ours", "torch"}, 3, sets)
-    assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "assign"), ("torch", "loop")}
+    assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "lloyd_index_add"), ("ours", "sums"),
+                        ("ours", "assign"), ("torch", "loop")}
     del fns["ours", "assign"]
     times = timing.bench_interleaved(fns, sets, warmup=1, iters=2)
     assert all(t.clock == timing.PERF_COUNTER and len(t.samples) == 2 for t in times.values())
-    for fn in fns.values():
+    for key, fn in fns.items():
         assert lloyd_bench.match_rate(fn, sets) == 1.0
         ids, used = fn(*sets[0], n=3)
-        assert torch.equal(ids.long(), labels) and torch.equal(used, centres)
+        # the sums alone move no centroid: they return the ids of c0 and c0
+        assert torch.equal(ids.long(), labels) and torch.equal(used, sets[0][1] if key == ("ours", "sums") else centres)
 
 
 def test_kmeans_plus_plus_picks_in_proportion_to_squared_distance():

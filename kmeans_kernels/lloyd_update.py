@@ -1,0 +1,223 @@
+"""The centroid update of `kmeans_kernels.fit` on CUDA: per-cluster fixed-point sums through a sort of the ids.
+
+    sorted_ids, order = torch.sort(ids, stable=True)          # ids int32 [N]; order: the permutation
+    cluster_sums(x, sorted_ids, order, s, sums, counts)        # sums [k+1, D], counts [k+1]: added to
+    art = compile(D=128, dtype=torch.bfloat16, arch="sm_90a")  # no GPU needed: .ptx, .sass
+
+The sums are those of ``index_add_`` of `kmeans_kernels.lloyd.fixed_point(x, s)` (x * 2^s truncated toward
+zero, exactly; the rule and why it is exact are there), bit for bit, without that int64 copy of x.
+
+**Why a sort.** `index_add_` of the fixed-point copy costs, per iteration, a read of 8 bytes per coordinate
+(1 GiB at 1M x 128) and one int64 atomic per coordinate (128M). Here, per iteration:
+
+1. sort the ids (int32, `torch.sort` on the device: no wait for the host) into `sorted_ids` and the
+   permutation `order`;
+2. one kernel walks the sorted order in fixed chunks of rows (`rows_per_group`; never one CTA per cluster,
+   so one huge cluster cannot serialise it): a group of D / 8 threads reads each row of the 16-bit x through
+   the permutation (16 contiguous bytes per thread, a whole row per group), converts it by the rule
+   (fp32(x) * 2^s1 * 2^s2, truncated to int64: one F2I.S64 per coordinate), adds runs of equal ids in int64
+   registers, and at the end of a run adds the run's D sums and its length to ``sums`` and ``counts`` with
+   int64 atomic adds (`red.global.add.u64`). Integer addition commutes, so the result cannot depend on which
+   run lands first: the same sums run after run. The sort only makes the runs long; any order of the ids
+   gives the same sums, with more atomics.
+
+Per iteration at N = 1M, D = 128, k = 4096: x read once in 16 bits (256 MiB instead of 1 GiB), 12 bytes per
+row of ids and permutation, and about (N / 64 chunks) x (1 + 64 / mean cluster size) runs x D = 2.6M atomics
+instead of 128M. An id < 0 (a point with no winner) goes to row k of sums and counts.
+
+The kernel takes 16-bit x with D a multiple of 8 (rows of whole 16-byte vectors) from a 16-byte aligned
+start; it compiles for sm_90a and sm_100a (plain loads and integer atomics: nothing arch-specific).
+"""
+from __future__ import annotations
+
+import functools
+
+import cuda.bindings.driver as cuda
+import cutlass
+import cutlass.cute as cute
+import torch
+
+import kmeans_kernels
+from kmeans_kernels.lloyd import scale_factors
+from workbook import launch, sass
+
+VEC = 8                # 16-bit elements per thread per row: one 16-byte load
+THREADS = 256          # per CTA, at most: whole row groups of D / VEC threads
+ROWS_PER_GROUP = 64    # sorted rows a group walks, at most: the grid's unit of work, whatever the cluster sizes
+UNROLL = 4             # rows a group loads before it adds them: 4 loads in flight per thread
+CTAS_PER_SM = 4        # fewer rows per group where N would give fewer CTAs than this per SM
+MAX_ROWS = 2**31 - 1 - (THREADS + 1) * ROWS_PER_GROUP   # row indices (and a grid's overshoot) in 32 bits
+D_LIMIT = THREADS * VEC
+ARCHS = ("sm_90a", "sm_100a")
+_DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
+
+
+# ---- the kernel -----------------------------------------------------------------------------------------
+
+class ClusterSums:
+    """One compiled kernel per (D, dtype); N, k, the chunk length and the scale are runtime values."""
+
+    def __init__(self, D: int, dtype):
+        self.D = D
+        self.dtype = dtype
+        self.lanes = D // VEC                     # threads per row
+        self.groups = max(1, THREADS // self.lanes)  # row groups per CTA
+
+    @cute.jit
+    def __call__(self, x_ptr: cute.Pointer, ids_ptr: cute.Pointer, order_ptr: cute.Pointer,
+                 sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, N: cutlass.Int32, k: cutlass.Int32,
+                 rows: cutlass.Int32, f1: cutlass.Float32, f2: cutlass.Float32, stream: cuda.CUstream):
+        per_cta = self.groups * rows
+        self.kernel(x_ptr, ids_ptr, order_ptr, sums_ptr, counts_ptr, N, k, rows, f1, f2).launch(
+            grid=((N + per_cta - 1) // per_cta, 1, 1), block=[self.groups * self.lanes, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, x_ptr: cute.Pointer, ids_ptr: cute.Pointer, order_ptr: cute.Pointer,
+               sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, N: cutlass.Int32, k: cutlass.Int32,
+               rows: cutlass.Int32, f1: cutlass.Float32, f2: cutlass.Float32):
+        tidx, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        ids = cute.make_tensor(ids_ptr, cute.make_layout(N))
+        order = cute.make_tensor(order_ptr, cute.make_layout(N))
+        lane = tidx % self.lanes
+        start = (block * self.groups + tidx // self.lanes) * rows
+        end = cutlass.min(start + rows, N)
+        acc = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Int64)
+        acc.fill(0)
+        run_id = cutlass.Int32(0)
+        run = cutlass.Int32(0)
+        if start < N:
+            run_id = ids[start]
+        for i in cutlass.range(start, end, UNROLL, unroll=1):
+            # every load of the batch first (past `end`, the last row again: in bounds, and never added) ...
+            batch_ids = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int32)
+            batch_rows = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int64)
+            for u in cutlass.range_constexpr(UNROLL):
+                j = cutlass.min(i + u, end - 1)
+                batch_ids[u] = ids[j]
+                batch_rows[u] = order[j]
+            values = []
+            for u in cutlass.range_constexpr(UNROLL):
+                # D is a multiple of VEC, so every thread's 8 elements start on a 16-byte boundary
+                offset = cute.assume(batch_rows[u] * self.D + lane * VEC, divby=VEC)
+                values.append(cute.make_tensor(x_ptr + offset, cute.make_layout(VEC)).load())
+            # ... then add them, flushing a run where the id changes
+            for u in cutlass.range_constexpr(UNROLL):
+                if i + u < end:
+                    if batch_ids[u] != run_id:
+                        self._flush(sums_ptr, counts_ptr, acc, run_id, run, k, lane)
+                        acc.fill(0)
+                        run_id = batch_ids[u]
+                        run = cutlass.Int32(0)
+                    # the fixed-point rule: fp32(x) * 2^s1 * 2^s2, truncated toward zero to int64
+                    q = (values[u].to(cutlass.Float32) * f1 * f2).to(cutlass.Int64)
+                    acc.store(acc.load() + q)
+                    run += 1
+        if run > 0:
+            self._flush(sums_ptr, counts_ptr, acc, run_id, run, k, lane)
+
+    @cute.jit
+    def _flush(self, sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, acc: cute.Tensor, run_id: cutlass.Int32,
+               run: cutlass.Int32, k: cutlass.Int32, lane: cutlass.Int32):
+        """Add one run's sums (this thread's VEC columns) and, from the group's first lane, its length."""
+        slot = cutlass.Int64(cutlass.select_(run_id < 0, k, run_id))   # no winner: row k
+        base = slot * self.D + lane * VEC
+        for e in cutlass.range_constexpr(VEC):
+            cute.arch.red(sums_ptr + (base + e), acc[e], op="add", dtype=cutlass.Uint64, sem="relaxed", scope="gpu")
+        if lane == 0:
+            cute.arch.red(counts_ptr + slot, cutlass.Int64(run), op="add", dtype=cutlass.Uint64, sem="relaxed",
+                          scope="gpu")
+
+
+# ---- host side: compile (no GPU needed) and run --------------------------------------------------------
+
+def check_shape(D: int, dtype: torch.dtype) -> None:
+    if dtype not in _DTYPES:
+        raise ValueError(f"the update kernel takes bf16 or fp16 x; got {dtype}")
+    if isinstance(D, bool) or not isinstance(D, int) or D < VEC or D % VEC or D > D_LIMIT:
+        raise ValueError(f"the update kernel takes D a multiple of {VEC} (16-byte rows) up to {D_LIMIT}; got D={D!r}")
+
+
+def rows_per_group(N: int, D: int, sm_count: int) -> int:
+    """Sorted rows per group: ROWS_PER_GROUP (long runs, few atomics), or fewer, in steps of UNROLL, where N
+    would otherwise leave SMs idle. At 1M x 128, 64; at 65536 x 128 on 132 SMs, 4 (1024 CTAs, not 64)."""
+    groups = max(1, THREADS // (D // VEC))
+    fit = N // (groups * CTAS_PER_SM * sm_count)
+    return max(UNROLL, min(ROWS_PER_GROUP, fit // UNROLL * UNROLL))
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: int) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _args(dtype: torch.dtype, x: int, ids: int, order: int, sums: int, counts: int, N: int, k: int, rows: int,
+          f1: float, f2: float, stream):
+    """The kernel's arguments: global pointers (x 16-byte aligned, for the vector loads), sizes, the scale."""
+    gp = launch.gmem_pointer
+    return (gp(_DTYPES[dtype], x, 16), gp(cutlass.Int32, ids, 4), gp(cutlass.Int64, order, 8),
+            gp(cutlass.Int64, sums, 8), gp(cutlass.Int64, counts, 8), cutlass.Int32(N), cutlass.Int32(k),
+            cutlass.Int32(rows), cutlass.Float32(f1), cutlass.Float32(f2), stream)
+
+
+def _placeholder_args(dtype: torch.dtype):
+    from cutlass.runtime import make_fake_stream
+    return _args(dtype, 0, 0, 0, 0, 0, 0, 0, 0, 1.0, 1.0, make_fake_stream())
+
+
+def compile(D: int = 128, dtype: torch.dtype = torch.bfloat16, arch: str = "sm_90a", dump_dir=None) -> sass.Artifacts:
+    """Compile the kernel for D and dtype for `arch` with no GPU -> workbook.sass.Artifacts (.ptx, .sass)."""
+    check_shape(D, dtype)
+    if arch not in ARCHS:
+        raise ValueError(f"the update kernel is built for {ARCHS}; got {arch!r}")
+    return sass.compile_for(ClusterSums(D, _DTYPES[dtype]), *_placeholder_args(dtype), arch=arch, dump_dir=dump_dir)
+
+
+@functools.lru_cache(maxsize=None)
+def _launches(D: int, dtype: torch.dtype, arch: str, device: int) -> launch.LaunchCache:
+    """The compiled kernel for (D, dtype) on one device, compiled on first use with that device current."""
+    with launch.on_device(device):
+        compiled = cute.compile(ClusterSums(D, _DTYPES[dtype]), *_placeholder_args(dtype), options=f"--gpu-arch {arch}")
+    return launch.LaunchCache(compiled, device=device)
+
+
+def check_inputs(x, sorted_ids, order, sums, counts) -> None:
+    """The kernel's preconditions, each failure named."""
+    if not isinstance(x, torch.Tensor) or x.ndim != 2 or not x.is_cuda or not x.is_contiguous():
+        raise ValueError("x must be a contiguous 2-D CUDA tensor")
+    N, D = x.shape
+    check_shape(D, x.dtype)
+    if x.data_ptr() % 16:
+        raise ValueError(f"x must start on a 16-byte boundary for the vector loads; its address is {x.data_ptr():#x}")
+    if not 1 <= N <= MAX_ROWS:
+        raise ValueError(f"N={N} is out of range: the kernel indexes rows with 32-bit integers (N <= {MAX_ROWS})")
+    want = {"sorted_ids": (sorted_ids, torch.int32, (N,)), "order": (order, torch.int64, (N,)),
+            "counts": (counts, torch.int64, None), "sums": (sums, torch.int64, None)}
+    for name, (t, dtype, shape) in want.items():
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or t.device != x.device or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous {dtype} tensor on {x.device}")
+        if shape is not None and tuple(t.shape) != shape:
+            raise ValueError(f"{name} must have shape {shape}; got {tuple(t.shape)}")
+    if sums.ndim != 2 or sums.shape[1] != D or sums.shape[0] < 1 or tuple(counts.shape) != (sums.shape[0],):
+        raise ValueError(f"sums must be int64 [k + 1, D={D}] and counts int64 [k + 1]; got {tuple(sums.shape)} "
+                         f"and {tuple(counts.shape)}")
+    if sums.shape[0] > 2**31 - 1:
+        raise ValueError(f"k={sums.shape[0] - 1} is too large: the kernel holds ids in 32-bit integers")
+
+
+def cluster_sums(x: torch.Tensor, sorted_ids: torch.Tensor, order: torch.Tensor, s: int, sums: torch.Tensor,
+                 counts: torch.Tensor) -> None:
+    """sums[j] += sum of fixed_point(x, s)[order[i]] over the i with sorted_ids[i] == j, and counts[j] += their
+    number, for j = 0..k-1; ids < 0 go to row k (sums int64 [k + 1, D], counts int64 [k + 1]). Adds to what
+    the buffers hold; launches on the current stream and never waits for the GPU. `sorted_ids` must be
+    ids in[0, k) or < 0; sorted (with `order` the permutation that sorts them) the runs are long and the
+    atomics few, but any order gives the same sums."""
+    check_inputs(x, sorted_ids, order, sums, counts)
+    device = x.device.index
+    arch = kmeans_kernels.arch_of(x.device)   # the assignment kernels' rule: sm_90a, sm_100a, else an error
+    N, D = x.shape
+    k = sums.shape[0] - 1
+    values = (x.data_ptr(), sorted_ids.data_ptr(), order.data_ptr(), sums.data_ptr(), counts.data_ptr(), N, k,
+              rows_per_group(N, D, _sm_count(device)), *scale_factors(s))
+    _launches(D, x.dtype, arch, device)(values, lambda st: _args(x.dtype, *values, cuda.CUstream(st)),
+                                         launch.stream_handle(device))
