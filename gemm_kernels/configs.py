@@ -58,7 +58,9 @@ HOPPER_TIMELINES = {
 # The per-shape choice (`gemm_kernels.rule`): the configurations the sweep (`gemm_kernels.sweep`) times on every
 # shape class, and from which the rule picks one per shape. Each is a tile width, a cluster shape and a schedule:
 # balanced (narrow tiles fill the last wave) or stream-K (the last partial wave, or the whole grid when the tiles
-# are fewer than the SMs, split along K: split-K for skinny and K-heavy problems). All defer the register epilogue.
+# are fewer than the SMs, split along K: split-K for skinny and K-heavy problems) or uniform; "one-per-item"
+# launches a CTA per tile instead of persistent CTAs (no work counter: small grids). All defer the register
+# epilogue.
 HOPPER_CANDIDATES = {
     "256 balanced cluster2": _H(),      # what gemm(a, b, <any options>) runs when it is given options
     "256 balanced cluster1": _H(**_REGISTER, schedule="balanced", cluster_m=1),
@@ -72,6 +74,9 @@ HOPPER_CANDIDATES = {
     "128 stream-k cluster2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, stream_k=True),
     "128 stream-k cluster1": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=1, stream_k=True),
     "64 stream-k cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, stream_k=True),
+    "64 uniform cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1),
+    "64 one-per-item cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, persistent=False),
+    "128 one-per-item cluster1": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=1, persistent=False),
 }
 HOPPER_FALLBACK = "256 balanced cluster2"   # the rule's choice where the sweep has nothing nearby (= HOPPER_DEFAULT)
 

@@ -5,8 +5,8 @@
     rule.fit(frame)                   # a Rule from sweep rows (pandas), e.g. records.read("h200", sweep.TABLE)
     python -m gemm_kernels.rule --fit # learn from data/measured/h200/gemm_config_sweep.csv -> rule_h200.json
 
-The rule: score each candidate at each measured shape by the geometric mean of its two ratios to torch.matmul
-(kernel time back to back, and the latency a user sees); for a new shape, take the `NEIGHBOURS` measured shapes
+The rule: score each candidate at each measured shape by the geometric mean of its ratios to torch.matmul
+(kernel time back to back, the latency a user sees, and the GPU's own kernel durations); for a new shape, take the `NEIGHBOURS` measured shapes
 nearest to it in (log2 M, log2 N, log2 K) and choose the candidate with the best mean log score over them. A
 shape the sweep measured is its own nearest neighbour, so there the rule follows the measurement, tempered by
 the two next shapes (one noisy round does not flip it); between measured shapes it follows the closest ones.
@@ -28,7 +28,7 @@ from gemm_kernels import configs
 
 NEIGHBOURS = 3
 RULE_FILE = Path(__file__).with_name("rule_h200.json")
-TIMINGS = ("kernel", "latency")
+TIMINGS = ("kernel", "latency", "gpu")   # every timing the sweep records (gpu: CUPTI kernel durations)
 
 
 @dataclass(frozen=True)
@@ -78,13 +78,13 @@ def _features(M: int, N: int, K: int) -> tuple[float, float, float]:
 
 
 def scores(frame):
-    """Per shape and candidate, log of the geometric mean of the kernel and latency ratios to torch.matmul (< 0:
-    faster than torch), from sweep rows; rows that failed the reference check count as not measured."""
+    """Per shape and candidate, log of the geometric mean of its timings' ratios to torch.matmul (< 0: faster
+    than torch), from sweep rows; rows that failed the reference check count as not measured."""
     ours = frame[(frame.kernel == "ours") & (frame.match_rate >= 1.0) & frame.timing.isin(TIMINGS)]
     table = ours.pivot_table(index=["M", "N", "K"], columns=["variant", "timing"], values="ratio", aggfunc="last")
     import numpy as np
     logs = np.log(table)
-    return logs.T.groupby(level="variant").mean().T      # mean of the two timings' logs
+    return logs.T.groupby(level="variant").mean().T      # mean of the timings' logs
 
 
 def fit(frame) -> Rule:

@@ -14,7 +14,9 @@ order, each round giving every contender a few synchronised, CUDA-event-timed ca
 and as many back to back (the kernel's own time); each ratio to torch.matmul is formed round by round and
 summarised by its median with a bootstrap 95 % interval. The number of calls per round follows the shape's
 expected time (a round lasts a few milliseconds), so small shapes get many calls and large ones few. Each
-contender's first input set is checked against an fp32 reference (`match_rate` 1 within the bf16 band).
+contender's first input set is checked against an fp32 reference (`match_rate` 1 within the bf16 band). A third
+timing, "gpu", is each contender's kernel durations per call from a CUPTI trace (`gpu_ms`): at small shapes the
+host, not the GPU, sets the pace of back-to-back calls, and only this timing still tells configurations apart.
 
 Rows go, shape by shape, to data/measured/<gpu>/gemm_config_sweep.csv (`workbook.records`): one per contender
 and timing, with the shape's class and the ratio of its time to torch.matmul's (< 1: ours is faster). Shapes
@@ -28,6 +30,8 @@ import itertools
 TABLE = "gemm_config_sweep"
 DEFAULT_TABLE = "gemm_rule_check"
 TORCH = ("torch", "torch.matmul")
+GPU = "gpu"             # the third timing: kernel durations from a CUPTI trace (`gpu_ms`)
+GPU_CALLS = 20
 REL_TOL = 1e-2
 ROUNDS = 10
 ROUND_MS = 2.0          # a contender's calls in one round take about this long
@@ -123,9 +127,59 @@ def measure_shape(fns: dict, M: int, N: int, K: int, cls: str, rounds: int = ROU
     del ref
     cmp = timing.compare(ok, sets, baseline=TORCH, rounds=rounds, calls=calls_per_round(M, N, K), warmup=3)
     frame = cmp.frame({"class": cls, "M": M, "N": N, "K": K}, flops=2.0 * M * N * K, match_rate=match)
+    try:
+        gpu = gpu_ms(ok, sets)
+    except RuntimeError as e:                     # no CUPTI trace: the two host-side timings still stand
+        print(f"{M}x{N}x{K}: no gpu timing: {e}", flush=True)
+        del sets
+        return frame
+    extra = frame[frame.timing == "kernel"].copy()
+    extra["timing"] = GPU
+    extra["ms_median"] = extra.apply(lambda r: gpu[r.kernel, r.variant], axis=1)
+    extra["ratio"] = extra.ms_median / gpu[TORCH]
+    extra["tflops"] = 2.0 * M * N * K / (extra.ms_median * 1e9)
+    for col in ("ms_min", "ms_max", "ms_lo", "ms_hi", "ratio_lo", "ratio_hi"):
+        extra[col] = float("nan")
+    extra["verdict"], extra["rounds"], extra["calls"] = "", 1, GPU_CALLS
     del sets
     torch.cuda.empty_cache()
-    return frame
+    import pandas as pd
+    return pd.concat([frame, extra], ignore_index=True)
+
+
+def gpu_ms(fns: dict, sets, calls: int = GPU_CALLS) -> dict:
+    """Each contender's GPU time per call (ms): the durations of every kernel its calls ran, from one CUPTI trace
+    (torch.profiler), summed and divided by `calls`. No host time is in it: where the host cannot issue calls as
+    fast as the GPU runs them (small shapes), back-to-back timing measures the host; this does not. Contenders
+    run one after the other, each block of calls closed by a marker kernel (`torch.cuda._sleep`), and the trace's
+    kernels are cut at the markers."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    names = list(fns)
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for name in names:
+            for i in range(calls):
+                fns[name](*sets[i % len(sets)])
+            torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+    kernels = sorted((e.time_range.start, e.device_time, e.name) for e in prof.events()
+                     if e.device_type == torch.autograd.DeviceType.CUDA)
+    found, block, total = {}, 0, 0.0
+    for _, us, kname in kernels:
+        if _is_marker(kname):
+            found[names[block]] = total / 1e3 / calls
+            block, total = block + 1, 0.0
+            if block == len(names):
+                break
+        else:
+            total += us
+    if len(found) != len(names):
+        raise RuntimeError(f"the GPU trace has {block} of {len(names)} marker kernels: cannot attribute its kernels")
+    return found
+
+
+def _is_marker(kernel_name: str) -> bool:
+    return "spin" in kernel_name.lower() or "sleep" in kernel_name.lower()
 
 
 def contenders(candidates=None, default_only: bool = False) -> dict:

@@ -66,6 +66,8 @@ def main(argv=None):
             "_call_for": lambda: hopper_host._call_for(M, N, K, 0),
             "rule.options_for": lambda: rule.options_for(M, N, K),
             "torch.empty": lambda: torch.empty((M, N), dtype=torch.bfloat16, device=a.device),
+            "a.new_empty": lambda: a.new_empty((M, N)),
+            "torch.empty_like(out)": lambda: torch.empty_like(out),
             "stream_handle": lambda: launch.stream_handle(0),
             "on_device": lambda: launch.on_device(0),
             "is_capturing": lambda: launch.is_capturing(stream),
