@@ -164,6 +164,11 @@ def class_summary(frame, variant: str | None = None):
     return pd.DataFrame(rows).set_index("class")
 
 
+def latest_run(frame):
+    """The rows of the sweep's latest run (its `date`, the run's start): a rule is learned from one run."""
+    return frame[frame.date == frame.date.max()]
+
+
 def main(argv=None):
     import argparse
     p = argparse.ArgumentParser(prog="python -m gemm_kernels.rule", description=__doc__,
@@ -172,7 +177,7 @@ def main(argv=None):
     p.add_argument("--gpu", default="h200", help="the data/measured folder to read (default h200)")
     args = p.parse_args(argv)
     from workbook import records
-    frame = records.read(args.gpu, "gemm_config_sweep")
+    frame = latest_run(records.read(args.gpu, "gemm_config_sweep"))
     rule = fit(frame)
     if args.fit:
         RULE_FILE.write_text(rule.to_json() + "\n")

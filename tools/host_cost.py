@@ -16,6 +16,7 @@ import torch
 
 import gemm_kernels
 from gemm_kernels import hopper_host, rule
+from gemm_kernels.hopper_options import DTYPES
 from gemm_kernels.bench import shape_arg
 from workbook import launch
 
@@ -61,7 +62,8 @@ def main(argv=None):
             "gemm(a, b) issue rate": ours,
             "torch.matmul issue rate": lambda: torch.matmul(a, b),
             "hopper_host.gemm(a, b, out=out)": lambda: hopper_host.gemm(a, b, out=out),
-            "check_operand x2": lambda: (gemm_kernels.check_operand("a", a), gemm_kernels.check_operand("b", b)),
+            "check_operand x2": lambda: (gemm_kernels.check_operand("a", a, DTYPES),
+                                         gemm_kernels.check_operand("b", b, DTYPES)),
             "_operands": lambda: hopper_host._operands(a, b),
             "_call_for": lambda: hopper_host._call_for(M, N, K, 0),
             "rule.options_for": lambda: rule.options_for(M, N, K),
