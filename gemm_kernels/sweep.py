@@ -3,7 +3,8 @@ torch.matmul (cuBLAS): the data the per-shape rule (`gemm_kernels.rule`) is lear
 
     python -m gemm_kernels.sweep                       # every class, every candidate (H100/H200; ~6 minutes)
     python -m gemm_kernels.sweep --classes skinny --candidates "128 stream-k cluster1"
-    python -m gemm_kernels.sweep --default-only        # gemm(a, b) as shipped (the rule) vs torch.matmul
+    python -m gemm_kernels.sweep --default-only        # gemm(a, b) as shipped (the rule) vs torch.matmul, on the
+                                                       # swept shapes and on HELD_OUT ones (column held_out)
 
     sweep.SHAPES["skinny"]          # [(M, N, K), ...] of one class
     sweep.classes_of(16, 4096, 4096)  # ("skinny",)
@@ -48,13 +49,23 @@ SHAPES = {
             (2500, 6000, 4000), (10000, 10000, 1000), (1234, 5672, 3000)],
 }
 
+# Shapes of each class that the sweep never measured: `--default-only` times gemm(a, b) on them too, so that the
+# rule is judged on problems it was not learned from (column `held_out`).
+HELD_OUT = {
+    "square": [(2560, 2560, 2560), (7168, 7168, 7168), (14336, 14336, 14336)],
+    "rectangle": [(3072, 12288, 4096), (6144, 2048, 4096), (12288, 3072, 8192), (1536, 6144, 1024)],
+    "skinny": [(32, 6144, 4096), (96, 12288, 8192), (384, 5120, 10240), (200, 4096, 6144)],
+    "k-heavy": [(1536, 1536, 12288), (768, 3072, 16384), (3072, 1024, 24576)],
+    "odd": [(1500, 2504, 3000), (6000, 3000, 2000), (999, 7000, 5000)],
+}
+
 
 def classes_of(M: int, N: int, K: int) -> tuple[str, ...]:
     """The classes a shape belongs to by the issue's definitions (a shape may be in none or in several)."""
     found = []
     if M == N == K:
         found.append("square")
-    if M in _SIDES and N in _SIDES and M != N and K in (1024, 4096, 8192):
+    if 1024 <= min(M, N) and max(M, N) <= 16384 and M != N and K in (1024, 4096, 8192):
         found.append("rectangle")
     if M <= 512 and N >= 4096 and K >= 4096:
         found.append("skinny")
@@ -108,8 +119,9 @@ def input_sets(M: int, N: int, K: int, n: int = 3, seed: int = 1234):
     return sets
 
 
-def measure_shape(fns: dict, M: int, N: int, K: int, cls: str, rounds: int = ROUNDS):
-    """One shape: every contender checked on the first input set, then `compare`d with torch.matmul."""
+def measure_shape(fns: dict, M: int, N: int, K: int, cls: str, rounds: int = ROUNDS, **columns):
+    """One shape: every contender checked on the first input set, then `compare`d with torch.matmul; `columns`
+    are added to every row."""
     import torch
 
     from workbook import timing
@@ -126,7 +138,7 @@ def measure_shape(fns: dict, M: int, N: int, K: int, cls: str, rounds: int = ROU
         ok[name], match[name] = fn, float(err < REL_TOL)
     del ref
     cmp = timing.compare(ok, sets, baseline=TORCH, rounds=rounds, calls=calls_per_round(M, N, K), warmup=3)
-    frame = cmp.frame({"class": cls, "M": M, "N": N, "K": K}, flops=2.0 * M * N * K, match_rate=match)
+    frame = cmp.frame({"class": cls, "M": M, "N": N, "K": K, **columns}, flops=2.0 * M * N * K, match_rate=match)
     try:
         gpu = gpu_ms(ok, sets)
     except RuntimeError as e:                     # no CUPTI trace: the two host-side timings still stand
@@ -231,8 +243,14 @@ def main(argv=None):
     fns = contenders(args.candidates, args.default_only)
     table = DEFAULT_TABLE if args.default_only else TABLE
     frames = []
+    held_out = set()
+    if args.default_only:
+        held_out = {s for name in (args.classes or HELD_OUT) for s in HELD_OUT[name]}
+        shapes = sorted(shapes + [(name, s) for name in (args.classes or HELD_OUT) for s in HELD_OUT[name]],
+                        key=lambda cs: expected_ms(*cs[1]))
     for i, (cls, (M, N, K)) in enumerate(shapes):
-        frame = measure_shape(fns, M, N, K, cls, args.rounds)
+        extra = {"held_out": (M, N, K) in held_out} if args.default_only else {}
+        frame = measure_shape(fns, M, N, K, cls, args.rounds, **extra)
         if not args.no_record:
             records.append(spec.key, table, frame)
         frames.append(frame)

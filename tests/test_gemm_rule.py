@@ -27,6 +27,14 @@ def test_every_class_shape_belongs_to_its_class_and_is_swept_once():
         sweep.all_shapes(["squares"])
 
 
+def test_held_out_shapes_are_not_swept_and_belong_to_their_class():
+    swept = {s for _, s in sweep.all_shapes()}
+    for cls, shapes in sweep.HELD_OUT.items():
+        for shape in shapes:
+            assert shape not in swept and cls in sweep.classes_of(*shape), (cls, shape)
+            assert shape[1] % 8 == 0 and shape[2] % 8 == 0
+
+
 def test_the_classes_cover_what_the_issue_names():
     skinny = sweep.SHAPES["skinny"]
     assert {M for M, _, _ in skinny} == {16, 64, 128, 256, 512}
