@@ -57,8 +57,12 @@ print(gpus.describe())
 #   turns every coordinate once, at the start, into a 64-bit fixed-point integer `round_toward_zero(x · 2^s)`, with
 #   `s` chosen from the largest `|x|` and `N` so that no sum of `N` of them can overflow (62 − ⌈log₂ N⌉ bits below the
 #   largest magnitude: 42 at `N = 1M`). Integer addition is associative: whatever the order, the same bits.
-# * **The cost of it**: 8 bytes per coordinate, held for the whole fit and read once per iteration, four times a
-#   bf16 `x`. The mean is formed in float64 and rounded once to fp32, the same operations on a CPU and a GPU.
+# * **The cost of it**, done naively: an int64 copy of `x` (8 bytes per coordinate, four times a bf16 `x`) read every
+#   iteration, and one 64-bit atomic per coordinate (128 M at 1M × 128). On the GPU, `fit` instead sorts the ids and
+#   runs a small kernel (`kmeans_kernels.lloyd_update`) that walks the points in cluster order, reads each bf16 row
+#   through the sort's permutation, converts it to the integers in registers and adds a whole run of one cluster
+#   before one atomic per coordinate: `x` read once in 16 bits, about 50× fewer atomics, the same integers. The mean
+#   is formed in float64 and rounded once to fp32, the same operations on a CPU and a GPU.
 #
 # The same values summed in two orders, as floats and as integers:
 
@@ -72,7 +76,8 @@ q = (vals.double() * 2.0**s).long()
 print(f"int64 sum, two orders: {q.sum().item()}  {q[perm].cumsum(0)[-1].item()}  (= {q.sum().item() / 2**s:.9g})")
 
 # %% [markdown]
-# `fit` applies exactly this, per cluster, with `index_add_` into an int64 buffer. The other rules of the loop:
+# `fit` applies exactly this, per cluster: on the CPU with `index_add_` into an int64 buffer, on the GPU with the
+# sort and the sums kernel (the same integers, bit for bit: `tests/test_lloyd_update.py`). The other rules of the loop:
 #
 # * **Empty clusters keep their centroid.** A cluster that gets no points has no mean; `fit` leaves its centroid
 #   where it was (deterministic, the same on every rank, and the objective does not rise). scikit-learn instead moves
@@ -95,7 +100,8 @@ print(inspect.getsource(fitmod._Lloyd.update))
 
 # %% [markdown]
 # What changed from the loop a user writes in plain torch (`kmeans_kernels.lloyd_bench.torch_loop`): the float sums
-# become integer sums of the fixed-point copy, and the division happens in float64:
+# become integer sums (on the GPU the sort and the sums kernel, on the CPU `index_add_` of the fixed-point copy), and
+# the division happens in float64:
 
 # %%
 def lines_with(fn, *keys):
@@ -105,8 +111,8 @@ def lines_with(fn, *keys):
 
 
 plain = lines_with(lloyd_bench.torch_loop, "index_add_", "bincount", "torch.where((counts")
-ours = lines_with(fitmod._Lloyd.accumulate, "self.sums.index_add_", "self.ones") + \
-    lines_with(fitmod._Lloyd.update, "mean =", "torch.where")
+ours = lines_with(fitmod._Lloyd.accumulate, "torch.sort(ids", "self.cluster_sums(", "self.sums.index_add_",
+                  "self.ones") + lines_with(fitmod._Lloyd.update, "mean =", "torch.where")
 print("\n".join(difflib.unified_diff(plain, ours, "plain torch loop (fp32 atomics)", "kmeans_kernels.fit (int64)",
                                      lineterm="", n=0)))
 
@@ -251,9 +257,9 @@ else:
 # * `fit` is a complete k-means on the assignment kernel: k-means++ or random starts, scikit-learn's convergence
 #   rule, the inertia per iteration, and an answer that does not depend on the run or on the number of processes,
 #   because the cluster sums are exact integers.
-# * The determinism is not free: the fixed-point copy of `x` is four times a bf16 `x`, read once per iteration,
-#   plus 64-bit atomics into the sums. Whether that stays within the 15 % the issue allows over the kernel is the
-#   `lloyd/assign` column above, measured, not assumed; an update kernel that reads the bf16 points and converts
-#   them in registers would remove the 8-byte read, and is the next step if it does not.
+# * Determinism need not cost much. Done with an int64 copy of `x` and one atomic per coordinate, the update takes
+#   about half an assignment (the `lloyd_index_add/assign` column, the same run); sorting the ids and summing runs
+#   of one cluster in registers, from the bf16 points, brings it to the `lloyd/assign` column: the issue's 15 % over
+#   the kernel is that column at 1M × 128 × 4096, printed above from the data file.
 # * Ranking by bf16 centroids costs exactness against a float64 k-means on points near a boundary (a point or two of
 #   the 1797 digits); on well-separated data the answers are the same.
