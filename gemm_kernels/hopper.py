@@ -12,20 +12,22 @@ Layouts. The tensor cores want A and B as (M, K) and (N, K) operands. `a` is K-m
 which is an *N-major* (MN-major) operand. WGMMA reads MN-major 16-bit operands from shared memory directly
 (the smem descriptor says which way the 128-byte swizzle runs), so no transpose is ever materialised.
 
-One CTA per SM, 384 threads, three warpgroups:
-  * warpgroup 0, the producer: one warp issues the TMA loads of A [128 x 64] and B [tile_n x 64] for each
+One CTA per SM, 384 threads in three warpgroups for the 128-row tile (256 threads, two warpgroups, for the
+64-row small-M tile, `Config.tile_m`):
+  * warpgroup 0, the producer: one warp issues the TMA loads of A [tile_m x 64] and B [tile_n x 64] for each
     K-block into a ring of `stages` shared-memory slots; an mbarrier per slot says "full" (TMA landed, by
-    byte count) and another says "empty" (both consumers are done reading it).
-  * warpgroups 1 and 2, the consumers: each owns 64 rows of the 128-row tile and issues WGMMA
-    m64 x tile_n x k16 from shared memory into fp32 registers (128 of them per thread for tile_n = 256),
-    then runs the epilogue.
+    byte count) and another says "empty" (every consumer warp is done reading it).
+  * warpgroups 1 (and 2), the consumers: each owns 64 rows of the tile and issues WGMMA m64 x tile_n x k16
+    from shared memory into fp32 registers (128 of them per thread for tile_n = 256), then runs the
+    epilogue. Every count of consumer threads (barriers, queue readers, stream-K flags) follows from
+    `Config.consumer_warpgroups`.
 
 Persistent schedule. The grid is min(#work items, #slots). Slots take items from the work list
 *dynamically*, in list order: the producer warp of each slot claims the next index from a global counter
 and hands it to every warp of the slot through a small shared-memory queue (`claim`, `take`), so the items
 in flight stay neighbours in the raster however the SMs drift (`dynamic=False` keeps the static walk: slot
 i runs items i, i + slots, ...). A slot is one CTA, or with `cluster_m=2` a pair of CTAs stacked along M:
-the pair runs a 256-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which
+the pair runs a (2 x tile_m)-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which
 halves B's traffic from L2. The kernel handles two tile widths:
   * B is always loaded with the wide TMA box, so the producer code and the byte count per stage never
     change; a narrow item just ignores the columns it does not own (they are real data or TMA's zero fill);
@@ -53,13 +55,13 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from gemm_kernels.hopper_epilogue import Epilogues
-from gemm_kernels.hopper_options import ALIGN, EPI_N, TILE_K, TILE_M, Config
+from gemm_kernels.hopper_options import ALIGN, EPI_N, TILE_K, WGMMA_M, Config
 from gemm_kernels.hopper_trace import TRACE_COLS, TRACE_FIELDS, TRACE_SEGMENTS
 from gemm_kernels.hopper_worklist import CONTRIBUTE, FINISH, SEGMENT_COLS
 
-THREADS = 384         # producer warpgroup + two consumer warpgroups
+WARPGROUP = 128       # threads: the producer warpgroup, then Config.consumer_warpgroups consumer warpgroups
 QUEUE_DEPTH = 2       # dynamic schedule: item indices in flight (claimed for the next item / read for this one)
-PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM
+PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM (two consumers)
 # the element type of a, b and c for each of hopper_options.DTYPES
 ELEMENT_TYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
 
@@ -70,9 +72,10 @@ class HopperGemm(Epilogues):
     def __init__(self, config: Config):
         self.cfg = config
         self.element = ELEMENT_TYPES[config.dtype]
-        self.tile = (TILE_M, config.tile_n, TILE_K)
+        self.tile = (config.tile_m, config.tile_n, TILE_K)
         self.staged = config.staged
-        self.consumer_threads = 256
+        self.warpgroups = config.consumer_warpgroups
+        self.consumer_threads = WARPGROUP * self.warpgroups
 
     # ---------------------------------------------------------------- host side (traced once per compile)
     @cute.jit
@@ -96,26 +99,27 @@ class HopperGemm(Epilogues):
         element = self.element
 
         def tiled_mma_for(n):
-            # (2, 1, 1): the two consumer warpgroups split M; each issues m64 x n x k16.
+            # (warpgroups, 1, 1): the consumer warpgroups split M; each issues m64 x n x k16.
             return sm90.make_trivial_tiled_mma(element, element, OperandMajorMode.K, OperandMajorMode.MN,
-                                               cutlass.Float32, (2, 1, 1), tiler_mn=(64, n))
+                                               cutlass.Float32, (self.warpgroups, 1, 1), tiler_mn=(WGMMA_M, n))
 
         tiled_mma = tiled_mma_for(cfg.tile_n)
         narrow_mma = tiled_mma_for(cfg.narrow_n) if cutlass.const_expr(cfg.narrow_n is not None) else tiled_mma
 
         a_layout = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile, element, cfg.stages)
         b_layout = sm90.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.tile, element, cfg.stages)
-        epi_layout = sm90.make_smem_layout_epi(element, LayoutEnum.ROW_MAJOR, (TILE_M, EPI_N), cfg.epi_stages)
+        tile_m = cfg.tile_m
+        epi_layout = sm90.make_smem_layout_epi(element, LayoutEnum.ROW_MAJOR, (tile_m, EPI_N), cfg.epi_stages)
 
         tma_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_layout, (None, None, 0)), (TILE_M, TILE_K))
+            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_layout, (None, None, 0)), (tile_m, TILE_K))
         b_load = cpasync.CopyBulkTensorTileG2SMulticastOp() if cutlass.const_expr(cfg.cluster_m > 1) \
             else cpasync.CopyBulkTensorTileG2SOp()
         tma_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
             b_load, b, cute.slice_(b_layout, (None, None, 0)), (cfg.tile_n, TILE_K), num_multicast=cfg.cluster_m)
         if cutlass.const_expr(self.staged):
             tma_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
-                cpasync.CopyBulkTensorTileS2GOp(), c, cute.slice_(epi_layout, (None, None, 0)), (TILE_M, EPI_N))
+                cpasync.CopyBulkTensorTileS2GOp(), c, cute.slice_(epi_layout, (None, None, 0)), (tile_m, EPI_N))
         else:
             # the register epilogue stores with plain STG: encoding a TMA descriptor for C would cost host
             # time on every call for nothing, so the kernel gets A's in that unused argument
@@ -135,7 +139,7 @@ class HopperGemm(Epilogues):
         self.shared_storage = SharedStorage
         self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials, trace,
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
-            grid=[num_ctas, 1, 1], block=[THREADS, 1, 1], cluster=[cfg.cluster_m, 1, 1], min_blocks_per_mp=1,
+            grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_m, 1, 1], min_blocks_per_mp=1,
             stream=stream)
 
     # ---------------------------------------------------------------- device side
@@ -149,8 +153,8 @@ class HopperGemm(Epilogues):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         cta, _, _ = cute.arch.block_idx()
         num_ctas, _, _ = cute.arch.grid_dim()
-        # A cluster of cluster_m CTAs runs one work item of cluster_m x 128 rows; CTA `rank` owns rows
-        # rank*128.. of it and loads 1/cluster_m of the shared B tile, multicast to every CTA of the cluster.
+        # A cluster of cluster_m CTAs runs one work item of cluster_m x tile_m rows; CTA `rank` owns rows
+        # rank*tile_m.. of it and loads 1/cluster_m of the shared B tile, multicast to every CTA of the cluster.
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cluster = cta // cfg.cluster_m
         num_clusters = num_ctas // cfg.cluster_m
@@ -175,7 +179,7 @@ class HopperGemm(Epilogues):
                                                      cfg.cluster_m * self.consumer_threads // 32),
             tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
         # The dynamic schedule's queue: rank 0's producer warp writes each claimed item index into every CTA of
-        # the cluster (4 bytes, counted by the 'full' barrier); its readers are the 8 consumer warps and the
+        # the cluster (4 bytes, counted by the 'full' barrier); its readers are the consumer warps and the
         # producer warp of every CTA, and an entry is reused only when all of them have read it.
         queue_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.queue_barriers.data_ptr(), num_stages=QUEUE_DEPTH,
@@ -186,7 +190,7 @@ class HopperGemm(Epilogues):
         queue = storage.queue.data_ptr()
         pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, 1), is_relaxed=True)
 
-        sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)   # (128, 64, stages)
+        sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)   # (tile_m, 64, stages)
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)   # (tile_n, 64, stages)
 
         pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, 1))
@@ -198,7 +202,7 @@ class HopperGemm(Epilogues):
                              num_clusters, rank, num_items)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
-            ctidx = tidx - 128   # thread index among the 256 consumer threads
+            ctidx = tidx - WARPGROUP   # thread index among the consumer threads
             if cutlass.const_expr(self.staged):
                 sC = storage.sC.get_tensor(epi_layout.outer, swizzle=epi_layout.inner)
             else:
@@ -210,7 +214,7 @@ class HopperGemm(Epilogues):
     def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster, num_clusters,
                 rank, num_items):
         """One warp: walk the work list, stream each segment's K-blocks of A and B into the ring."""
-        cm = self.cfg.cluster_m
+        cm, tile_m = self.cfg.cluster_m, self.cfg.tile_m
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
@@ -219,10 +223,10 @@ class HopperGemm(Epilogues):
         while item < num_items:
             for seg in cutlass.range_constexpr(self.cfg.segments):   # unrolled: a segment's fields load as one LDG.128
                 col = seg * SEGMENT_COLS
-                m0, n0 = work[item, col] + rank * TILE_M, work[item, col + 1]
+                m0, n0 = work[item, col] + rank * tile_m, work[item, col + 1]
                 k0, k_count = work[item, col + 3], work[item, col + 4]
                 # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
-                gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (TILE_M, TILE_K), (0, None))
+                gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (tile_m, TILE_K), (0, None))
                 gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
                 tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
                                                    cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
@@ -261,21 +265,24 @@ class HopperGemm(Epilogues):
     @cute.jit
     def consume(self, tiled_mma, narrow_mma, sA, sB, sC, ring, work, queue_pipe, queue, counter, partials, trace,
                 cta, cluster, num_clusters, rank, num_items, ctidx, warp_idx, tma_c, mC_tma, mC):
-        """Two warpgroups: WGMMA over the ring into fp32 registers, then the epilogue, segment after segment."""
+        """The consumer warpgroups: WGMMA over the ring into fp32 registers, then the epilogue, segment after
+        segment."""
         cfg = self.cfg
+        tile_m = cfg.tile_m
         has_narrow = cutlass.const_expr(cfg.narrow_n is not None)
         # WGMMA partitions shared memory per warpgroup; registers per thread.
-        wg_slice = tiled_mma.get_slice((ctidx // 128) * 128)
+        wg_slice = tiled_mma.get_slice((ctidx // WARPGROUP) * WARPGROUP)
         tCrA = tiled_mma.make_fragment_A(wg_slice.partition_A(sA))
         tCrB = tiled_mma.make_fragment_B(wg_slice.partition_B(sB))
-        acc = cute.make_rmem_tensor(wg_slice.partition_shape_C((TILE_M, cfg.tile_n)), cutlass.Float32)
+        acc = cute.make_rmem_tensor(wg_slice.partition_shape_C((tile_m, cfg.tile_n)), cutlass.Float32)
 
         if cutlass.const_expr(has_narrow):
             # The narrow WGMMA reads the same operands: its shared-memory descriptors (start, the stride between
             # 64-column swizzle blocks, the stride between 8-row K groups) are the wide ones', and its smaller
             # N just makes it read the first narrow_n columns of B, whole swizzle blocks or not. Its result is
             # a prefix of the wide accumulator's registers (column groups are the outermost value mode).
-            acc_narrow_shape = narrow_mma.get_slice((ctidx // 128) * 128).partition_shape_C((TILE_M, cfg.narrow_n))
+            acc_narrow_shape = narrow_mma.get_slice((ctidx // WARPGROUP) * WARPGROUP).partition_shape_C(
+                (tile_m, cfg.narrow_n))
             acc_narrow = cute.make_tensor(acc.iterator, cute.make_layout(acc_narrow_shape))
 
         if cutlass.const_expr(self.staged):
@@ -298,7 +305,7 @@ class HopperGemm(Epilogues):
         while item < num_items:
             for seg in range(cfg.segments):
                 col = seg * SEGMENT_COLS
-                m0, n0, width = work[item, col] + rank * TILE_M, work[item, col + 1], work[item, col + 2]
+                m0, n0, width = work[item, col] + rank * tile_m, work[item, col + 1], work[item, col + 2]
                 k_count = work[item, col + 4]
                 if k_count > 0:
                     if cutlass.const_expr(tracing):
@@ -429,9 +436,9 @@ class HopperGemm(Epilogues):
         FINISH: wait until `arg` partials are counted on `flag`, add them (slots flag .. flag + arg - 1) and reset
         the flag for the next launch. Every wait is for a segment that starts its unit and never waits itself,
         and each unit runs on a cluster of its own (`claim`), so the waits cannot form a cycle."""
-        wg, t = ctidx // 128, ctidx % 128
-        group = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=128)   # this warpgroup only
-        flag_ptr = counter.iterator + 2 + (flag * self.cfg.cluster_m + rank) * 2 + wg
+        wg, t = ctidx // WARPGROUP, ctidx % WARPGROUP
+        group = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=WARPGROUP)   # this warpgroup only
+        flag_ptr = counter.iterator + 2 + (flag * self.cfg.cluster_m + rank) * self.warpgroups + wg
         if role == CONTRIBUTE:
             self.partial(acc, partials, arg, rank, ctidx).store(self.registers(acc).load())
             group.arrive_and_wait()            # all 128 threads' stores are issued ...
@@ -461,10 +468,10 @@ class HopperGemm(Epilogues):
         """This thread's (4, n / 4) floats of workspace slot `slot`: thread t's column j sits at
         ((j * 128) + t) * 4, so a warp's 16-byte accesses cover 512 contiguous bytes."""
         n = cute.size(acc)
-        wg, t = ctidx // 128, ctidx % 128
-        base = ((slot * self.cfg.cluster_m + rank) * 2 + wg) * (128 * n) + t * 4
+        wg, t = ctidx // WARPGROUP, ctidx % WARPGROUP
+        base = ((slot * self.cfg.cluster_m + rank) * self.warpgroups + wg) * (WARPGROUP * n) + t * 4
         return cute.make_tensor(partials.iterator + cute.assume(base, divby=4),
-                                cute.make_layout((4, n // 4), stride=(1, 4 * 128)))
+                                cute.make_layout((4, n // 4), stride=(1, 4 * WARPGROUP)))
 
     @cute.jit
     def mainloop(self, mma, acc, tCrA, tCrB, ring, read, release, k_blocks, pending=None):

@@ -2,7 +2,7 @@
 
 c has the operands' dtype, bf16 or fp16 (`Config.dtype`): both epilogues round the fp32 sums to it.
 
-  * "staged": registers -> c's dtype -> `stmatrix` into a shared-memory buffer of (128 x 32) sub-tiles ->
+  * "staged": registers -> c's dtype -> `stmatrix` into a shared-memory buffer of (tile_m x 32) sub-tiles ->
     TMA store (cp.async.bulk.tensor shared -> global). Costs STAGED_BUFFERS x 8 KiB of shared memory.
   * "register": registers -> c's dtype -> a 4x4 transpose of 32-bit words inside each quad of lanes (two
     butterfly shuffles) so that each lane holds 8 consecutive columns -> one 128-bit `st.global.v4` per
@@ -25,7 +25,7 @@ import cutlass.utils.hopper_helpers as sm90
 from cutlass.cute.nvgpu import cpasync
 from cutlass.tensor_utils import LayoutEnum
 
-from gemm_kernels.hopper_options import EPI_N, TILE_M
+from gemm_kernels.hopper_options import EPI_N
 
 
 class Epilogues:
@@ -60,8 +60,8 @@ class Epilogues:
         sync = pipeline.NamedBarrier(barrier_id=1, num_threads=self.consumer_threads)
         tRS_acc = copy_r2s.retile(acc)
         per_sub = cute.size(tRS_f32)
-        gC = cute.local_tile(cute.domain_offset((m0, n0), mC_tma), (TILE_M, cfg.tile_n), (0, 0))
-        gC_sub = cute.zipped_divide(gC, (TILE_M, EPI_N))        # ((128, 32), (1, tile_n / 32))
+        gC = cute.local_tile(cute.domain_offset((m0, n0), mC_tma), (cfg.tile_m, cfg.tile_n), (0, 0))
+        gC_sub = cute.zipped_divide(gC, (cfg.tile_m, EPI_N))    # ((tile_m, 32), (1, tile_n / 32))
         tCsC, tCgC = cpasync.tma_partition(tma_c, 0, cute.make_layout(1),
                                            cute.group_modes(sC, 0, 2), gC_sub)
         n_sub = cfg.tile_n // EPI_N
@@ -121,7 +121,7 @@ class Epilogues:
         col_end = cutlass.min(N, n0 + width)       # this item's last column + 1, inside C
         q = ctidx % 4
         # The (row, col) of this thread's value (0, h, g) comes from the MMA's own partition of the tile.
-        coords = tiled_mma.get_slice(ctidx).partition_C(cute.make_identity_tensor((TILE_M, cfg.tile_n)))
+        coords = tiled_mma.get_slice(ctidx).partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n)))
         out = cute.make_rmem_tensor((4,), cutlass.Int32)
         for j in (range(cfg.tile_n // 32) if groups is None else groups):
             if j * 32 < width:

@@ -26,8 +26,7 @@ from cutlass.cute.runtime import make_fake_stream
 
 from gemm_kernels import check_operand, rule
 from gemm_kernels.hopper import ELEMENT_TYPES, HopperGemm
-from gemm_kernels.hopper_options import (ALIGN, ARCH, DTYPES, TILE_K, TILE_M, Config, Options, check_shape,
-                                         config_for)
+from gemm_kernels.hopper_options import ALIGN, ARCH, DTYPES, TILE_K, Config, Options, check_shape, config_for
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
 from gemm_kernels.hopper_worklist import band_rows_for, work_rows
 from workbook import launch
@@ -47,14 +46,17 @@ class _Call:
     def scratch(self, stream: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """For launches on `stream`: the [next item, clusters done, stream-K flags...] int32 counter, zero
         between launches (the last cluster resets the first two, each FINISH its flag), the fp32 stream-K
-        workspace (one (cluster_m x 128) x tile_n partial per slot) and, with `cfg.trace`, the int64 timeline
+        workspace (one (cluster_m x tile_m) x tile_n partial per slot) and, with `cfg.trace`, the int64 timeline
         [CTAs, TRACE_COLS]. One set per stream: launches on one stream never overlap, launches on two could."""
         found = self.scratches.get(stream)
         if found is None:
             cfg, device = self.cfg, self.work.device
             slots = self.partial_slots
-            counter = torch.zeros(2 + slots * cfg.cluster_m * 2, dtype=torch.int32, device=device)
-            partials = (torch.empty(slots * cfg.cluster_m * TILE_M * cfg.tile_n, dtype=torch.float32, device=device)
+            # one flag per consumer warpgroup of each CTA of each slot (`HopperGemm.settle`)
+            counter = torch.zeros(2 + slots * cfg.cluster_m * cfg.consumer_warpgroups, dtype=torch.int32,
+                                  device=device)
+            partials = (torch.empty(slots * cfg.cluster_m * cfg.tile_m * cfg.tile_n, dtype=torch.float32,
+                                    device=device)
                         if slots else counter)   # never read without stream-K
             trace = (torch.zeros(self.sizes[4], TRACE_COLS, dtype=torch.int64, device=device) if cfg.trace
                      else counter)               # never written without the trace
@@ -70,8 +72,8 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options, dtype: torch
     if torch.cuda.get_device_capability(device) != (9, 0):
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
     cfg, plan = config_for(M, N, options, dtype=dtype)
-    band_rows = band_rows_for(K) if options.band_rows is None else options.band_rows
-    rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k)
+    band_rows = band_rows_for(K, cfg.tile_m) if options.band_rows is None else options.band_rows
+    rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k, cfg.tile_m)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
     slots = min(len(rows), plan.slots) if options.persistent else len(rows)
     sizes = (M, N, K, len(rows), slots * cfg.cluster_m)

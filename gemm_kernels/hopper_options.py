@@ -23,9 +23,11 @@ from gemm_kernels.options import BackendOptions
 from workbook import gpus
 
 ARCH = "sm_90a"
-TILE_M = 128          # two consumer warpgroups x 64 rows (the WGMMA M)
+WGMMA_M = 64          # rows of one warpgroup's WGMMA: each consumer warpgroup owns 64 rows of the tile
+TILE_M = 128          # the tile's rows by default: two consumer warpgroups x 64 rows
+TILE_MS = (64, 128)   # one consumer warpgroup (the small-M tile: M <= 512 wastes less of it) or two
 TILE_K = 64           # 64 bf16 = 128 bytes: one 128-byte swizzle row of the K-major A tile
-EPI_N = 32            # staged epilogue sub-tile: 128 x 32 bf16 = 8 KiB per buffer
+EPI_N = 32            # staged epilogue sub-tile: tile_m x 32 bf16 = 8 KiB per buffer for 128 rows
 B_ATOM_N = 64         # N-major B in smem: 128-byte swizzle atoms of 64 bf16 columns
 # Register epilogue: tile widths in steps of 16 columns. WGMMA's N and one lane's 16-byte store go in steps of
 # 8, but on the H200 a 248-wide row's K loop took as long as a 256-wide one's while a 240-wide row took 0.95 of
@@ -37,7 +39,7 @@ SCHEDULES = ("uniform", "balanced")
 ALIGN = 8             # elements: TMA wants 16-byte aligned strides
 DTYPES = (torch.bfloat16, torch.float16)   # of a, b and c (one of them per call); the accumulator is fp32
 DEFAULT_TILE = (TILE_M, 256, TILE_K)
-STAGED_BUFFERS = 2    # staged epilogue: (128 x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
+STAGED_BUFFERS = 2    # staged epilogue: (tile_m x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
 
 
 def width_step(epilogue: str) -> int:
@@ -58,7 +60,7 @@ def narrow_widths(tile_n: int, epilogue: str = "register") -> tuple[int, ...]:
 def stage_budget(tile, epilogue: str, depth: int | None = None) -> stages_lib.StageBudget:
     """One CTA's shared memory with this tile and epilogue (`gemm_kernels.stages`); ValueError when `depth`
     stages do not fit."""
-    extra = dict(epilogue_tile=(TILE_M, EPI_N), epilogue_buffers=STAGED_BUFFERS) if epilogue == "staged" else {}
+    extra = dict(epilogue_tile=(tile[0], EPI_N), epilogue_buffers=STAGED_BUFFERS) if epilogue == "staged" else {}
     return stages_lib.stages(tuple(tile), epilogue, ARCH, depth=depth, **extra)
 
 
@@ -89,7 +91,9 @@ def check_band_rows(band_rows: int) -> None:
 class Options(BackendOptions):
     """Every choice a Hopper GEMM call can make, each checked once, here.
 
-    tile: (128, tile_n, 64) with tile_n one of 64, 128, 192, 256. stages: ring depth, None = the most that
+    tile: (tile_m, tile_n, 64) with tile_m 128 (two consumer warpgroups of 64 rows) or 64 (one: the small-M
+    tile, for M <= 512, where a 128-row tile is mostly padding) and tile_n one of 64, 128, 192, 256; the
+    64-row tile takes the register epilogue and uniform tiles (`check_tile`). stages: ring depth, None = the most that
     fit (`stage_count`). epilogue: "register" (from registers, no shared memory) or "staged" (through shared
     memory and a TMA store). schedule: "balanced" (some tiles narrower so the last wave fills the GPU) or
     "uniform". narrow_ns: the narrow widths the balanced plan may choose from, None = every one
@@ -119,9 +123,11 @@ class Options(BackendOptions):
 
     def __post_init__(self):
         tile = DEFAULT_TILE if self.tile is None else tuple(self.tile)
-        if len(tile) != 3 or tile[0] != TILE_M or tile[2] != TILE_K or tile[1] % B_ATOM_N or not 64 <= tile[1] <= 256:
-            raise ValueError(f"Hopper tiles are ({TILE_M}, tile_n, {TILE_K}) with tile_n one of 64, 128, 192, 256 "
-                             f"(whole 64-column swizzle blocks of B); got {tile}")
+        if (len(tile) != 3 or tile[0] not in TILE_MS or tile[2] != TILE_K or tile[1] % B_ATOM_N
+                or not 64 <= tile[1] <= 256):
+            raise ValueError(f"Hopper tiles are (tile_m, tile_n, {TILE_K}) with tile_m one of {TILE_MS} (consumer "
+                             f"warpgroups of {WGMMA_M} rows) and tile_n one of 64, 128, 192, 256 (whole 64-column "
+                             f"swizzle blocks of B); got {tile}")
         object.__setattr__(self, "tile", tile)
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
@@ -155,6 +161,10 @@ class Options(BackendOptions):
         return chosen
 
     @property
+    def tile_m(self) -> int:
+        return self.tile[0]
+
+    @property
     def tile_n(self) -> int:
         return self.tile[1]
 
@@ -184,6 +194,7 @@ class Config:
     the epilogue. Derived from checked `Options`, the operands' dtype and the plan by `config_for`; the kernel
     reads nothing else."""
     dtype: torch.dtype = torch.bfloat16   # of a, b and c: one of DTYPES (both 2 bytes: the smem arithmetic holds)
+    tile_m: int = TILE_M   # one CTA's rows: WGMMA_M per consumer warpgroup
     tile_n: int = 256
     narrow_n: int | None = None
     stages: int = 4
@@ -198,6 +209,11 @@ class Config:
     @property
     def staged(self) -> bool:
         return self.epilogue == "staged"
+
+    @property
+    def consumer_warpgroups(self) -> int:
+        """Consumer warpgroups per CTA, each issuing WGMMA_M-row WGMMAs over its share of the tile's rows."""
+        return self.tile_m // WGMMA_M
 
     @property
     def width_step(self) -> int:
@@ -216,11 +232,11 @@ def segments(stream_k: bool) -> int:
 
 def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> waves.Plan:
     """The planner's work list for exactly the run `options` describe: uniform tiles, or balanced so the last
-    wave fills the GPU. An item is a cluster's tile (cluster_m x 128 rows) and a slot is a cluster: with the
+    wave fills the GPU. An item is a cluster's tile (cluster_m x tile_m rows) and a slot is a cluster: with the
     default CTA pairs, 66 slots on an H200. gpu: a `workbook.gpus` spec, default the GPU present or the H200."""
     o = Options.of(options, **overrides)
     gpu = gpu or gpus.current() or gpus.H200
-    return waves.plan(M, N, gpu=gpu, tile_m=TILE_M * o.cluster_m, tile_ns=(o.tile_n, *o.narrow_choices),
+    return waves.plan(M, N, gpu=gpu, tile_m=o.tile_m * o.cluster_m, tile_ns=(o.tile_n, *o.narrow_choices),
                       balanced=o.schedule == "balanced", schedule="static", ctas_per_item=o.cluster_m)
 
 
@@ -234,7 +250,7 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
     if o.stream_k and plan.narrow is not None:
         raise ValueError("stream_k splits uniform tiles; a balanced plan with narrow tiles fills its last wave "
                          "already")
-    cfg = Config(dtype=dtype, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages, epilogue=o.epilogue,
-                 epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m, dynamic=o.dynamic, defer_epilogue=o.deferred,
+    cfg = Config(dtype=dtype, tile_m=o.tile_m, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages,
+                 epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m, dynamic=o.dynamic, defer_epilogue=o.deferred,
                  stream_k=o.stream_k, trace=o.trace)
     return cfg, plan

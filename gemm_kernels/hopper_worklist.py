@@ -2,6 +2,7 @@
 and the stream-K units that split a partial last wave along K.
 
     rows, partial_slots = work_rows(plan.items, band_rows_for(K), plan.slots, k_blocks, stream_k=False)
+    rows, partial_slots = work_rows(plan.items, band_rows_for(K, 64), plan.slots, k_blocks, False, tile_m=64)
 
 The planner (`gemm_kernels.waves.plan`, through `hopper_options.plan_for`) decides which items there are.
 This module decides their order and encoding. A row is one or two segments (`hopper_options.segments`: two
@@ -17,24 +18,25 @@ from gemm_kernels.hopper_options import TILE_M, check_band_rows, segments
 
 SEGMENT_COLS = 8
 WHOLE, CONTRIBUTE, FINISH = 0, 1, 2   # roles: all of K -> C; a partial sum -> the workspace; add them -> C
-BAND_A_BYTES = 32 * 2**20   # a band's rows of A (band_rows x 128 x K bf16) must stay in L2 (see `band_rows_for`)
+BAND_A_BYTES = 32 * 2**20   # a band's rows of A (band_rows x tile_m x K bf16) must stay in L2 (`band_rows_for`)
 
 
-def band_rows_for(K: int) -> int:
-    """Tile rows per band of the raster: the most of 16, 8, 4, 2, 1 whose rows of A (band_rows x 128 x K bf16)
-    fit in BAND_A_BYTES (32 MiB, about half the H200's L2), so the band's A stays resident while its windows
+def band_rows_for(K: int, tile_m: int = TILE_M) -> int:
+    """Tile rows per band of the raster: the most of 16, 8, 4, 2, 1 whose rows of A (band_rows x tile_m x K
+    bf16, tile_m the rows of one CTA's tile) fit in BAND_A_BYTES (32 MiB, about half the H200's L2), so the band's A stays resident while its windows
     of B stream past. 16 keeps a window of 132 tiles near square (8 x 8 CTA pairs); at K = 16384 it would
     need 64 MiB of A, and 8 rows read fewer DRAM bytes there. Measured with ncu on the H200, dynamic
     schedule (data/measured/h200/probes/ncu_dyn_*.txt): 16 rows beat 8 at 4096^3 (146 vs 187 MB) and
     8192^3 (1.49 vs 1.76 GB); 8 beat 16 at 16384^3 (16.4 vs 19.8 GB, torch.matmul reads 14.8)."""
     for rows in (16, 8, 4, 2):
-        if rows * TILE_M * K * 2 <= BAND_A_BYTES:
+        if rows * tile_m * K * 2 <= BAND_A_BYTES:
             return rows
     return 1
 
 
-def banded(items, band_rows: int):
-    """The planner's items with the wide tiles in L2-friendly order; the narrow tail stays last.
+def banded(items, band_rows: int, tile_m: int = TILE_M):
+    """The planner's items with the wide tiles in L2-friendly order; the narrow tail stays last. A band is
+    `band_rows` rows of CTA tiles (`tile_m` rows each, whatever the cluster).
 
     Row-major order sends one wave of 132 tiles across ~4 tile rows and *every* column of B: at
     16384^3 that is 512 MiB of B per wave, far more than the 50 MiB L2. Walking the wide tiles in bands of
@@ -50,21 +52,21 @@ def banded(items, band_rows: int):
     if band_rows == 1:
         return list(items)
     wide = max(t.width for t in items)
-    key = lambda t: (t.m0 // (TILE_M * band_rows), t.n0, t.m0)   # band_rows counts 128-row CTA rows
+    key = lambda t: (t.m0 // (tile_m * band_rows), t.n0, t.m0)   # band_rows counts CTA rows of tiles
     return (sorted((t for t in items if t.width == wide), key=key)
             + sorted((t for t in items if t.width != wide), key=key))
 
 
-def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool):
+def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool, tile_m: int = TILE_M):
     """The kernel's work list, one row per item (or stream-K unit), and how many partial-sum slots it uses.
 
     Each row holds `segments(stream_k)` segments of SEGMENT_COLS ints: (m0, n0, width, k0, k_count, role,
-    flag, arg). Without stream-K every row is one WHOLE segment over all K-blocks. With it, the banded list's
+    flag, arg); `tile_m` is one CTA's rows (the bands' unit). Without stream-K every row is one WHOLE segment over all K-blocks. With it, the banded list's
     last partial wave becomes `waves.stream_k` units, padded with empty rows to one per slot
     (`HopperGemm.claim` hands unit c to cluster c). A segment that starts mid-item CONTRIBUTEs its partial sum
     to workspace slot `arg` and counts it on flag `flag`; the segment holding the item's first K-block is the
     FINISH, which waits for `arg` partials on `flag` (the item's first slot) and writes C."""
-    ordered = banded(items, band_rows)
+    ordered = banded(items, band_rows, tile_m)
     per_row = segments(stream_k)
     whole = lambda t: (t.m0, t.n0, t.width, 0, k_blocks, WHOLE, 0, 0)
     absent = (0, 0, 0, 0, 0, WHOLE, 0, 0)
