@@ -77,6 +77,13 @@ HOPPER_CANDIDATES = {
     "64 uniform cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1),
     "64 one-per-item cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, persistent=False),
     "128 one-per-item cluster1": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=1, persistent=False),
+    # The small-M tile: 64 rows, one consumer warpgroup (`hopper_options.TILE_MS`), for skinny problems, where a
+    # 128-row tile's A box is mostly TMA's zero fill and its WGMMAs mostly padding. Named by the whole tile.
+    "64x64 uniform cluster1": _H(tile=(64, 64, 64), schedule="uniform", cluster_m=1),
+    "64x128 uniform cluster1": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=1),
+    "64x256 uniform cluster1": _H(tile=(64, 256, 64), schedule="uniform", cluster_m=1),
+    "64x128 stream-k cluster1": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=1, stream_k=True),
+    "64x128 uniform cluster2": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=2),
 }
 HOPPER_FALLBACK = "256 balanced cluster2"   # the rule's choice where the sweep has nothing nearby (= HOPPER_DEFAULT)
 

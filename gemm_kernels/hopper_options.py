@@ -92,8 +92,8 @@ class Options(BackendOptions):
     """Every choice a Hopper GEMM call can make, each checked once, here.
 
     tile: (tile_m, tile_n, 64) with tile_m 128 (two consumer warpgroups of 64 rows) or 64 (one: the small-M
-    tile, for M <= 512, where a 128-row tile is mostly padding) and tile_n one of 64, 128, 192, 256; the
-    64-row tile takes the register epilogue and uniform tiles (`check_tile`). stages: ring depth, None = the most that
+    tile, for skinny problems, where most rows of a 128-row tile are TMA's zero fill) and tile_n one of 64,
+    128, 192, 256; every other option works with either. stages: ring depth, None = the most that
     fit (`stage_count`). epilogue: "register" (from registers, no shared memory) or "staged" (through shared
     memory and a TMA store). schedule: "balanced" (some tiles narrower so the last wave fills the GPU) or
     "uniform". narrow_ns: the narrow widths the balanced plan may choose from, None = every one
@@ -125,9 +125,9 @@ class Options(BackendOptions):
         tile = DEFAULT_TILE if self.tile is None else tuple(self.tile)
         if (len(tile) != 3 or tile[0] not in TILE_MS or tile[2] != TILE_K or tile[1] % B_ATOM_N
                 or not 64 <= tile[1] <= 256):
-            raise ValueError(f"Hopper tiles are (tile_m, tile_n, {TILE_K}) with tile_m one of {TILE_MS} (consumer "
-                             f"warpgroups of {WGMMA_M} rows) and tile_n one of 64, 128, 192, 256 (whole 64-column "
-                             f"swizzle blocks of B); got {tile}")
+            raise ValueError(f"Hopper tiles are (tile_m, tile_n, {TILE_K}) with tile_m one of {TILE_MS} (one or two "
+                             f"consumer warpgroups of {WGMMA_M} rows; a taller item is a CTA pair: cluster_m=2) and "
+                             f"tile_n one of 64, 128, 192, 256 (whole 64-column swizzle blocks of B); got {tile}")
         object.__setattr__(self, "tile", tile)
         if self.epilogue not in EPILOGUES:
             raise ValueError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
