@@ -233,7 +233,6 @@ GPU_EXTRA = {
     "64x128-plain": small(128, defer_epilogue=False),
     "64x128-cluster2": small(128, cluster_m=2),
     "64x64-cluster2-stream-k": small(64, cluster_m=2, stream_k=True),
-    "64x256-balanced": dict(tile=(64, 256, 64), cluster_m=1),
     "64x256-staged": small(256, epilogue="staged"),
     "64x128-one-per-item": small(128, persistent=False),
     "64x128-static": small(128, dynamic=False),
@@ -286,6 +285,16 @@ def test_random_inputs_match_fp32_reference(M, N, K, kw):
 @pytest.mark.parametrize("M,N,K", [(77, 1032, 520), (500, 2048, 4096), (1000, 1032, 520)])
 def test_every_other_option_is_exact_with_the_small_m_tile(M, N, K, name):
     _exact(M, N, K, GPU_EXTRA[name])
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("cluster_m", [1, 2])
+def test_the_balanced_plan_of_64_row_tiles_is_exact_in_both_widths(cluster_m):
+    M, N, K = 1000, 8192, 520      # 528 (pairs: 264) items with 240-wide ones in the last waves
+    kw = dict(tile=(64, 256, 64), schedule="balanced", cluster_m=cluster_m)
+    assert hopper_options.config_for(M, N, **kw)[0].narrow_n == 240
+    _exact(M, N, K, kw)
 
 
 @pytest.mark.gpu
