@@ -218,7 +218,7 @@ def time_split(frame: pd.DataFrame, shapes, rule: rules.Rule | None = None) -> p
         picks = {"torch.matmul": "torch.matmul", "ours, fastest on the GPU": ours.gpu.idxmin(),
                  "ours, slowest on the GPU": ours.gpu.idxmax()}
         if rule is not None:
-            picks["ours, the rule's choice"] = rule.choose(*shape, without=tuple(shape))
+            picks["ours, the rule (leave-one-out)"] = rule.choose(*shape, without=tuple(shape))
         for who, variant in picks.items():
             r = us.loc[variant]
             rows.append({"shape": "x".join(map(str, shape)), "contender": who, "configuration": variant,
