@@ -165,7 +165,8 @@ def class_boxes(frame: pd.DataFrame, rule: rules.Rule, check: pd.DataFrame | Non
         ax.set_title(f"{timing} timing", fontsize="medium")
         ax.grid(True, axis="y", alpha=0.3)
     axes[0].set_ylabel("% of torch.matmul (> 100: ours faster)")
-    axes[1].legend(handles=[*handles, goal, floor], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small", frameon=False)
+    axes[1].legend(handles=[*handles, goal, floor], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small",
+                   frameon=False)
     src = source_line(frame, source) + (f"; {source_line(check, CHECK_SOURCE)}" if "shipped" in keys else "")
     _footer(fig, src)
     return fig

@@ -113,8 +113,8 @@ print(f"so our host path costs about {ours.kernel.median():.0f} µs per call aga
 
 # %% [markdown]
 # Back to back, our candidates all take about the same time per call while their GPU times differ widely (the
-# ranges above): the host, not the kernel, sets that number, and only the gpu timing still tells the configurations apart.
-# The rule therefore scores a candidate by all three timings.
+# ranges above): the host, not the kernel, sets that number, and only the gpu timing still tells the
+# configurations apart. The rule therefore scores a candidate by all three timings.
 #
 # ## 3. The rule
 #
