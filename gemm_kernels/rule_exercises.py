@@ -22,9 +22,7 @@ SHAPE = (24, 11008, 4096)
 def neighbours(rule: rules.Rule, M: int, N: int, K: int) -> list[tuple[tuple[int, int, int], float]]:
     """The measured shapes the rule averages over for (M, N, K), nearest first, with their squared distance in
     (log2 M, log2 N, log2 K): the same ones `Rule.choose` takes."""
-    here = rules._features(M, N, K)
-    near = sorted((sum((a - b) ** 2 for a, b in zip(here, rules._features(*s))), i) for i, s in enumerate(rule.shapes))
-    return [(rule.shapes[i], d) for d, i in near[:rules.NEIGHBOURS]]
+    return [(rule.shapes[i], d) for i, d in rule.neighbours(M, N, K)]
 
 
 def _rule() -> rules.Rule:
@@ -68,7 +66,7 @@ def check(given) -> Verdict:
 def solution() -> str:
     r = _rule()
     config, _ = answer()
-    lines = [f"log2 features of {SHAPE}: " + ", ".join(f"{v:.3f}" for v in rules._features(*SHAPE))]
+    lines = [f"log2 features of {SHAPE}: " + ", ".join(f"{v:.3f}" for v in rules.features(*SHAPE))]
     near = neighbours(r, *SHAPE)
     for s, d in near:
         lines.append(f"  {'x'.join(map(str, s)):>16}  squared distance {d:.3f}")

@@ -143,8 +143,8 @@ def test_exercise_answer_is_the_committed_rules():
     near = rule_exercises.neighbours(committed, *rule_exercises.SHAPE)
     assert {s for s, _ in near} == shapes
     # no tie at the edge of the neighbourhood, so the answer does not hang on the rule's tie-break
-    here = rule._features(*rule_exercises.SHAPE)
-    dists = sorted(sum((a - b) ** 2 for a, b in zip(here, rule._features(*s))) for s in committed.shapes)
+    here = rule.features(*rule_exercises.SHAPE)
+    dists = sorted(sum((a - b) ** 2 for a, b in zip(here, rule.features(*s))) for s in committed.shapes)
     assert not math.isclose(dists[rule.NEIGHBOURS - 1], dists[rule.NEIGHBOURS])
     # the rule's choice over exactly these shapes (leaving out any other shape changes nothing)
     far = next(s for s in committed.shapes if s not in shapes)

@@ -218,7 +218,7 @@ for who, tbps in rate.items():
 # ## Exercise
 #
 # `gemm(a, b)` on 24 × 11008 × 4096, a shape the sweep did not measure: which measured shapes does the rule average
-# over, and which configuration does it pick? Work it out from `rule._features` and `learned.scores` (not from
+# over, and which configuration does it pick? Work it out from `rule.features` and `learned.scores` (not from
 # `rule.choose`), then check (replace the `None`).
 
 # %%
