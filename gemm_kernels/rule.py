@@ -42,20 +42,27 @@ class Rule:
     def choose(self, M: int, N: int, K: int, *, without: tuple[int, int, int] | None = None) -> str:
         """The candidate with the best mean score over the measured shapes nearest to (M, N, K) (`without`: a
         shape to leave out, for `leave_one_out`)."""
-        here = _features(M, N, K)
-        near = sorted((sum((a - b) ** 2 for a, b in zip(here, _features(*s))), i)
-                      for i, s in enumerate(self.shapes) if s != without)[:NEIGHBOURS]
+        near = self.neighbours(M, N, K, without=without)
         if not near:
             return configs.HOPPER_FALLBACK
         best, best_score = configs.HOPPER_FALLBACK, math.inf
         for j, name in enumerate(self.candidates):
-            values = [self.scores[i][j] for _, i in near]
+            values = [self.scores[i][j] for i, _ in near]
             if any(math.isnan(v) for v in values):
                 continue                  # never chosen where it was not measured (or refused the shape)
             score = sum(values) / len(values)
             if score < best_score:
                 best, best_score = name, score
         return best
+
+    def neighbours(self, M: int, N: int, K: int, *, without: tuple[int, int, int] | None = None
+                   ) -> list[tuple[int, float]]:
+        """(index into `shapes`, squared distance) of the `NEIGHBOURS` measured shapes nearest to (M, N, K) in
+        (log2 M, log2 N, log2 K), nearest first (ties by index); `without`: a shape to leave out."""
+        here = features(M, N, K)
+        near = sorted((sum((a - b) ** 2 for a, b in zip(here, features(*s))), i)
+                      for i, s in enumerate(self.shapes) if s != without)[:NEIGHBOURS]
+        return [(i, d) for d, i in near]
 
     def to_json(self) -> str:
         return json.dumps({"provenance": self.provenance, "candidates": list(self.candidates),
@@ -73,7 +80,8 @@ class Rule:
                    tuple(tuple(math.nan if v is None else v for v in row) for row in d["scores"]), d["provenance"])
 
 
-def _features(M: int, N: int, K: int) -> tuple[float, float, float]:
+def features(M: int, N: int, K: int) -> tuple[float, float, float]:
+    """Where the rule places a shape: (log2 M, log2 N, log2 K)."""
     return math.log2(M), math.log2(N), math.log2(K)
 
 

@@ -9,6 +9,8 @@ for in *these* kernels:
   number, computed from a def-use graph over registers and predicates, not from opcode names. Blackwell
   scans start after the TMEM load (`after="LDTM"`, the default); Hopper ones anywhere (`after=None`).
 * :func:`scan_tiles` - how many centroid tiles a Hopper scan block scores: every score is one FADD.
+* :func:`scan_instructions_per_score` - the CUDA-core work of a Hopper tile per score: the number the
+  floor model's epilogue term counts (`kmeans_kernels.floor`), read from the machine code.
 * :func:`unfenced_releases` - every release of a TMEM accumulator must come after a tcgen05.wait::ld
   that covers the tcgen05.ld before it (checked in PTX program order).
 * :func:`named_barrier_syncs` / :func:`shared_stores` - the shared-memory norm buffer and its barriers,
@@ -102,6 +104,21 @@ def scan_tiles(block: list[Instruction], block_n: int = 128) -> float:
     Every score is one FADD (half norm - dot), and a consumer thread scores 2 rows x block_n / 4 columns of
     each tile (the WGMMA accumulator layout, `kmeans_kernels.hopper._row_col_layout`)."""
     return sum(ins.base == "FADD" for ins in block) / (2 * block_n // 4)
+
+
+# Ops of the next tile's WGMMA issue and the ring's barriers, which share the Hopper scan block with the scan
+# but cost per tile, not per score; the uniform datapath's ops (U*) are that bookkeeping's too.
+_MMA_ISSUE = frozenset({"HGMMA", "WARPGROUP", "R2UR", "SYNCS"})
+
+
+def scan_instructions_per_score(sass: str, mma_issue: bool = False) -> float:
+    """Instructions of the Hopper scan block (`scan_block(sass, after=None)`) per score it computes (one FADD
+    each): the scan's compares and selects, the norm broadcast, the index bookkeeping. With `mma_issue`
+    the next tile's WGMMA issue and the ring's barrier ops, which sit in the same block, are counted too."""
+    block = scan_block(sass, after=None)
+    if not mma_issue:
+        block = [ins for ins in block if not (ins.base in _MMA_ISSUE or ins.base.startswith("U"))]
+    return len(block) / sum(ins.base == "FADD" for ins in scan_block(sass, after=None))
 
 
 # PTX lines that matter for the TMEM hand-back: the asynchronous load, its wait, and plain mbarrier arrives

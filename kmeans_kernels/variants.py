@@ -3,7 +3,7 @@ architecture.
 
     check_d(D)                          # ValueError unless D is a multiple of 16 from 16 up to 512
     recipe("sm_100a", "norm_broadcast") # Recipe(scan='serial', norms='shuffle', tile_n=128, ...)
-    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide'), in tutorial order
+    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide', 'lean_select')
     table()                             # one row per (variant, arch): what it is made of
 
 A variant name means one step of the tutorial, but the steps are not cut the same way on both machines. On
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 D_MULTIPLE = 16        # the MMA K of 16-bit operands
 D_MAX = 512            # a [128, 512] bf16 point tile is 128 KiB resident; beyond that too few ring slots remain
-SCANS = ("serial", "ilp2")                    # `kmeans_kernels.reduce`
+SCANS = ("serial", "ilp2", "pairs")           # `kmeans_kernels.reduce`
 NORMS = ("load", "smem", "shuffle")
 
 
@@ -26,7 +26,9 @@ class Recipe:
     """What one variant is made of on one arch.
 
     scan: the argmin over a tile's columns (`kmeans_kernels.reduce`): "serial" (one compare-select chain per
-    row) or "ilp2" (two chains, even and odd columns, merged by (score, index) at the end).
+    row), "ilp2" (two chains, even and odd columns, merged by (score, index) at the end) or "pairs" (ilp2's
+    chains fed two scores at a time through one FMNMX, with immediate column offsets: fewer instructions
+    per score, `kmeans_kernels.reduce.scan_pairs`).
     norms: how a thread gets the half norms 0.5 * ||c_k||^2 of its columns: "load" (each thread reads them
     from global memory, L1-cached), "smem" (staged in shared memory once per tile, two named barriers) or
     "shuffle" (each warp loads the tile's norms coalesced into registers and hands them out by shuffle_sync).
@@ -55,6 +57,9 @@ RECIPES = {
         # ping-pong there is not measured, so they keep the plain loop.) Past D = 256 its ring cannot hold a
         # whole tile's D blocks, which the ping-pong needs: refused there (`hopper.ping_pong_fits`).
         "wide": Recipe("ilp2", "shuffle", tile_n=256, ping_pong=True),
+        # norm_broadcast with the leaner scan (about 3.75 instead of 4.4 scan instructions per score, in the
+        # SASS). Opt-in: `auto` does not pick it until the H200 has timed it.
+        "lean_select": Recipe("pairs", "shuffle"),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"
         "serial": Recipe("serial", "smem"),

@@ -34,7 +34,8 @@ KMEANS_D = (16, 64, 128, 256, 320, 512)
 
 def _kmeans_variants():
     out = {}
-    for arch, family, variants in (("sm_90a", "kmeans-hopper", ("serial", "ilp2", "norm_broadcast", "wide")),
+    for arch, family, variants in (("sm_90a", "kmeans-hopper", ("serial", "ilp2", "norm_broadcast", "wide",
+                                                                  "lean_select")),
                                    ("sm_100a", "kmeans-blackwell", ("serial", "ilp2", "norm_broadcast",
                                                                     "x_resident"))):
         for variant in variants:
