@@ -13,6 +13,7 @@ that shape's own measurement, so the figures show how it does on a shape it has 
 """
 from __future__ import annotations
 
+import re
 import textwrap
 
 import matplotlib.pyplot as plt
@@ -40,9 +41,11 @@ _SCHEDULES = {"balanced": "b", "stream-k": "sk", "uniform": "u", "one-per-item":
 
 def short_name(name: str) -> str:
     """A cell-sized label of a configuration name: "256 balanced cluster2" -> "256b2", "128 stream-k cluster1"
-    -> "128sk1", "64 one-per-item cluster1" -> "64p1" (width, schedule, CTAs per cluster)."""
+    -> "128sk1", "64 one-per-item cluster1" -> "64p1" (width, schedule, CTAs per cluster); the small-M tile's
+    names give its rows too: "64x128 uniform cluster1" -> "64x128u1"."""
     parts = name.split()
-    if len(parts) != 3 or not parts[0].isdigit() or parts[1] not in _SCHEDULES or not parts[2].startswith("cluster"):
+    if (len(parts) != 3 or not re.fullmatch(r"\d+(x\d+)?", parts[0]) or parts[1] not in _SCHEDULES
+            or not parts[2].startswith("cluster")):
         raise ValueError(f"{name!r} is not a 'width schedule clusterN' name like those of configs.HOPPER_CANDIDATES")
     return f"{parts[0]}{_SCHEDULES[parts[1]]}{parts[2].removeprefix('cluster')}"
 

@@ -68,6 +68,17 @@ def test_options_refuse_tiles_the_kernel_does_not_build(tile):
         hopper_host.compile_gemm(16, 8192, 4096, tile=tile)
 
 
+def test_the_small_m_candidates_have_short_names_and_are_never_chosen_unmeasured():
+    """The sweep's figures label them by rows too; the rule picks only what the recorded sweep measured."""
+    from gemm_kernels import configs, rule, sweep_plot
+    small_m = [n for n, o in configs.HOPPER_CANDIDATES.items() if o.tile_m == 64]
+    assert len(small_m) >= 3 and sweep_plot.short_name("64x128 stream-k cluster1") == "64x128sk1"
+    learned = rule.learned()
+    unmeasured = [n for n in small_m if learned is None or n not in learned.candidates]
+    for shape in [(16, 8192, 4096), (64, 8192, 4096), (256, 4096, 4096), *(learned.shapes if learned else ())]:
+        assert rule.choose(*shape) not in unmeasured
+
+
 def test_the_small_m_tile_keeps_every_other_option():
     """Pairs, the balanced schedule, stream-K, the staged epilogue, the trace: none depends on the tile's rows."""
     for kw in (dict(cluster_m=2), dict(schedule="balanced"), dict(schedule="uniform", stream_k=True),
