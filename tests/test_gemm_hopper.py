@@ -495,7 +495,10 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
 @needs_cuda
 @needs_hopper
 @pytest.mark.parametrize("M,N,K", [(2048, 5120, 256), (128, 256, 64), (1000, 1032, 520)])
-@pytest.mark.parametrize("kw", [{}, dict(schedule="uniform", stream_k=True)], ids=["default", "stream-k"])
+@pytest.mark.parametrize("kw", [{}, dict(schedule="uniform", stream_k=True), dict(tile=(64, 128, 64)),
+                                dict(tile=(64, 64, 64), schedule="uniform", stream_k=True),
+                                dict(tile=(64, 256, 64), cluster_m=2, schedule="uniform", stream_k=True)],
+                         ids=["default", "stream-k", "64x128", "64x64-stream-k", "64x256-cluster2-stream-k"])
 def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
     """The last cluster out zeroes the item counter and each stream-K FINISH its flag, so the next launch (or
     graph replay) starts clean: repeated calls stay exact and the counter reads all zeros between them."""
@@ -508,7 +511,7 @@ def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
         assert torch.equal(c, want), f"call {i}"
     call = hopper_host._call_for(M, N, K, a.get_device(), **kw)
     assert call.scratches and all(not c.any() for c, *_ in call.scratches.values())
-    assert (call.partial_slots > 0) == (bool(kw) and K > 64)   # one item of one K-block: nothing to split
+    assert (call.partial_slots > 0) == (bool(kw.get("stream_k")) and K > 64)   # one K-block: nothing to split
 
 
 def test_band_keeps_its_rows_of_a_within_the_l2_budget():

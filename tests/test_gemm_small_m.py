@@ -316,22 +316,8 @@ def test_fp16_is_exact_with_the_small_m_tile(M, N, K):
     _exact(M, N, K, small(256), dtype=torch.float16)
 
 
-@pytest.mark.gpu
-@needs_hopper
-@pytest.mark.parametrize("kw", [small(128), small(64, stream_k=True), small(256, cluster_m=2, stream_k=True)],
-                         ids=["64x128", "64x64-stream-k", "64x256-cluster2-stream-k"])
-def test_repeated_calls_stay_exact_and_leave_the_counter_at_zero(kw):
-    M, N, K = 77, 4096, 1024
-    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
-    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
-    want = fp32_reference(a, b).to(torch.bfloat16)
-    for i in range(3):
-        c = hopper_host.gemm(a, b, **kw)
-        torch.cuda.synchronize()
-        assert torch.equal(c, want), f"call {i}"
-    call = hopper_host._call_for(M, N, K, a.get_device(), **kw)
-    assert call.scratches and all(not c.any() for c, *_ in call.scratches.values())
-    assert (call.partial_slots > 0) == bool(kw.get("stream_k"))
+# repeated calls of 64-row tiles leaving the counter at zero: test_gemm_hopper.py's
+# test_dynamic_schedule_leaves_its_counter_at_zero covers them
 
 
 @pytest.mark.gpu
