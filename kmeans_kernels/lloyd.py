@@ -42,6 +42,13 @@ points. Here:
   `n_iter_` does, and on the same initial centroids the centroids, ids and final inertia agree with its
   `KMeans(init=c0, n_init=1, algorithm="lloyd", max_iter=iters, tol=tol)` (see tests/test_fit.py).
   `tol=None` runs exactly `iters` iterations with no convergence test, so the loop never waits for the GPU.
+* **Launches**: an iteration is about fifty small launches (torch operations, the sort, the two kernels), each
+  costing the host 5-20 us, which at small N is far more than the GPU's work. On CUDA without a process group,
+  `fit` therefore runs the first iteration from the host (it compiles and loads everything), captures the
+  iteration body once into a CUDA graph (two: the centroid and id buffers alternate) and replays it, one
+  driver call per iteration (`_GraphLoop`); every value it produces goes into fixed buffers, read by the host
+  once per iteration with a tol and only at the end with tol=None. The eager loop (the CPU, a process group, or
+  a capture that fails, with a warning) runs the same operations on the same inputs: the same bits.
 * **Inertia** (sum of squared distances, float64) is computed per iteration from the cluster sums and counts,
   O(K D) instead of a pass over x, around the data mean to avoid cancellation: entry i is the objective of
   iteration i's assignment to the fp32 centroids it started from; `inertia[-1]` is that of the returned
@@ -63,6 +70,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -122,6 +130,17 @@ def _mark(label: str, device: torch.device) -> None:
         _timeline.append((label, event))
     else:
         _timeline.append((label, time.perf_counter()))
+
+
+@contextlib.contextmanager
+def _no_marks():
+    """No timeline marks while a graph is captured: an event recorded there would be a node, not a time."""
+    global _timeline
+    _timeline, outer = None, _timeline
+    try:
+        yield
+    finally:
+        _timeline = outer
 
 
 def iteration_times(marks: list) -> list[tuple[float, float]]:
@@ -478,6 +497,205 @@ class _Lloyd:
         return torch.where((n > 0)[:, None], mean.float(), c)
 
 
+_GRAPHS = True   # fit replays its CUDA iteration from a graph (tests and the bench switch it off to compare)
+
+
+def _eager_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold):
+    """fit's Lloyd loop, launching every operation from the host: (centroids, ids, inertia per iteration as a
+    float64 tensor, iterations, converged). Runs everywhere (CPU, CUDA, under a group)."""
+    k = lloyd.k
+    ids, previous = lloyd.ids, torch.empty_like(lloyd.ids)
+    history = []
+    converged = strict = False
+    iterations = 0
+    for it in range(iters):
+        _mark("iteration", lloyd.x.device)
+        new, inertia = lloyd.step(c, ids, previous if it > 0 and tol is not None else None)
+        history.append(inertia)
+        iterations = it + 1
+        if tol is not None and it > 0 and int(lloyd.counts[k + 1]) == 0:
+            converged = strict = True   # the same ids as before, so `new` equals c: it is final
+            break
+        shift = None if tol is None else (new.double() - c.double()).square().sum()
+        c = new
+        ids, previous = previous, ids
+        if tol is not None and bool(shift <= threshold):
+            converged = True
+            break
+    if not strict:
+        # assign once more, so that ids (and the last inertia) belong to the centroids returned
+        _mark("final", lloyd.x.device)
+        _, inertia = lloyd.step(c, ids, previous)
+        history.append(inertia)
+        if tol is None:
+            converged = int(lloyd.counts[k + 1]) == 0
+    return c, ids, torch.stack(history), iterations, converged
+
+
+class _CudaGraphs:
+    """How `_GraphLoop` warms up and captures on CUDA, by torch's rules: on a side stream of x's device (the
+    warm-up too, so that whatever a library binds to a stream on first use is bound to the capture's stream),
+    the two graphs of a loop sharing one memory pool: they never run at once, and nothing they allocate
+    outlives a replay (every result goes to the loop's fixed buffers)."""
+
+    def __init__(self, device: torch.device):
+        self.stream = torch.cuda.Stream(device)
+        self.pool = torch.cuda.graph_pool_handle()
+
+    def warm_up(self, body) -> None:
+        current = torch.cuda.current_stream(self.stream.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            body()
+        current.wait_stream(self.stream)
+
+    def capture(self, body):
+        """The executable graph of what body() enqueues (it runs nothing); `.replay()` runs it on the current
+        stream."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.stream(self.stream):
+            graph.capture_begin(pool=self.pool)
+            try:
+                body()
+            except BaseException:
+                with contextlib.suppress(Exception):   # end the broken capture; body's error is the news
+                    graph.capture_end()
+                raise
+            graph.capture_end()
+        return graph
+
+
+class _Replayer:
+    """A 'graph' that runs its body when replayed: `_GraphLoop` with no CUDA graphs (CPU tests of its
+    bookkeeping, the bench's CPU path)."""
+
+    def __init__(self, body):
+        self.replay = body
+
+
+class _Eager:
+    """The `_GraphLoop` backend without graphs: warm-up and replay both just run the body."""
+
+    def warm_up(self, body) -> None:
+        body()
+
+    def capture(self, body) -> _Replayer:
+        return _Replayer(body)
+
+
+class _GraphLoop:
+    """fit's loop body on fixed buffers, so that one capture of it replays every iteration (CUDA, group=None).
+
+    The eager loop passes new tensors from iteration to iteration; here everything lives in buffers whose
+    addresses a graph can hold: centroids `c[0]`, `c[1]` and ids `ids[0]`, `ids[1]` alternate (`run(p)`
+    assigns from c[p] into ids[p], compares with ids[1 - p] and writes the new centroids into c[1 - p]), so
+    there are two graphs, one per parity. Each run writes its inertia into `history[count]` and increments
+    `count`, a device counter (no host value is computed from device data inside the body); with a
+    `threshold` (tol) it also writes `status` = (ids changed, shift <= threshold), which the host reads.
+    The first run is the warm-up, run eagerly (it compiles and loads the kernels); a parity's first replay
+    captures its graph. If a capture raises, the loop warns once and runs its body eagerly from then on:
+    the same operations on the same buffers, so the same bits."""
+
+    def __init__(self, lloyd: _Lloyd, iters: int, threshold: torch.Tensor | None, graphs=None):
+        x = lloyd.x
+        self.lloyd = lloyd
+        self.threshold = threshold
+        self.c = [torch.empty(lloyd.k, x.shape[1], dtype=torch.float32, device=x.device) for _ in range(2)]
+        self.ids = [lloyd.ids, torch.empty_like(lloyd.ids)]
+        self.history = torch.zeros(iters + 1, dtype=torch.float64, device=x.device)
+        self.count = torch.zeros(1, dtype=torch.int64, device=x.device)
+        self.status = torch.zeros(2, dtype=torch.int64, device=x.device)
+        self.backend = graphs if graphs is not None else (_CudaGraphs(x.device) if x.is_cuda else _Eager())
+        self.graphs: list = [None, None]
+        self.warm = False    # the first run (eager) has loaded everything a capture needs
+        self.eager = False   # a capture failed: run the body from the host
+        self.runs = 0        # the host's copy of `count`
+
+    def start(self, c0: torch.Tensor) -> None:
+        """Start a loop from centroids c0 (in c[0]); the graphs, once captured, stay."""
+        self.c[0].copy_(c0)
+        self.count.zero_()
+        self.runs = 0
+
+    def body(self, p: int) -> None:
+        lloyd = self.lloyd
+        c = self.c[p]
+        compare = self.threshold is not None
+        new, inertia = lloyd.step(c, self.ids[p], self.ids[1 - p] if compare else None)
+        self.history.index_copy_(0, self.count, inertia.reshape(1))
+        self.count += 1
+        if compare:
+            shift = (new.double() - c.double()).square().sum()   # as the eager loop computes it
+            self.status[0] = lloyd.counts[lloyd.k + 1]
+            self.status[1] = shift <= self.threshold
+        self.c[1 - p].copy_(new)
+
+    def run(self, p: int) -> None:
+        """One Lloyd iteration from c[p] (p = 0 or 1)."""
+        if self.runs >= self.history.shape[0]:
+            raise RuntimeError(f"_GraphLoop holds the inertia of {self.history.shape[0]} runs; call start() first")
+        if not self.warm:
+            self.backend.warm_up(lambda: self.body(p))
+            self.warm = True
+        else:
+            if not self.eager and self.graphs[p] is None:
+                self._capture(p)
+            if self.eager:
+                self.body(p)
+            else:
+                self.graphs[p].replay()
+        self.runs += 1
+
+    def _capture(self, p: int) -> None:
+        """Capture parity p's graph; if that raises, warn and go eager (the capture ran nothing)."""
+        try:
+            with _no_marks():
+                self.graphs[p] = self.backend.capture(lambda: self.body(p))
+        except Exception as e:  # noqa: BLE001 - any failure to capture: the eager body is the same
+            first = (str(e).strip().splitlines() or [""])[0]
+            warnings.warn(f"fit: capturing the Lloyd iteration into a CUDA graph failed ({type(e).__name__}: "
+                          f"{first}); running it eagerly", RuntimeWarning)
+            self.eager = True
+            self.graphs = [None, None]
+
+
+def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, graphs=None):
+    """`_eager_loop` with the iteration replayed from CUDA graphs (`_GraphLoop`): the same results bit for bit.
+    With tol=None nothing waits for the GPU until the end; with a tol, one read of `status` per iteration."""
+    k = lloyd.k
+    loop = _GraphLoop(lloyd, iters, threshold, graphs)
+    loop.start(c)
+    converged = strict = False
+    iterations = 0
+    p = 0
+    for it in range(iters):
+        _mark("iteration", lloyd.x.device)
+        loop.run(p)
+        iterations = it + 1
+        if tol is not None:
+            changed, within = loop.status.tolist()
+            if it > 0 and changed == 0:
+                converged = strict = True   # c[p] is final, and ids[p] its assignment
+                break
+            p = 1 - p
+            if within:
+                converged = True
+                break
+        else:
+            p = 1 - p
+    last = []
+    if not strict:
+        _mark("final", lloyd.x.device)
+        if tol is None:
+            # the graphs skip the comparison with the previous ids, which only this last assignment needs
+            _, inertia = lloyd.step(loop.c[p], loop.ids[p], loop.ids[1 - p])
+            last = [inertia.reshape(1)]
+            converged = int(lloyd.counts[k + 1]) == 0
+        else:
+            loop.run(p)
+    return loop.c[p], loop.ids[p], torch.cat([loop.history[:loop.runs], *last]), iterations, converged
+
+
 def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
         init: str | torch.Tensor = "k-means++", seed: int = 0, variant: str = "auto",
         group=None) -> FitResult:
@@ -497,34 +715,13 @@ def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
     c = _initial_centroids(x, k, init, seed, shards)
     threshold = None if tol is None else tol * lloyd.variance
 
-    ids, previous = lloyd.ids, torch.empty_like(lloyd.ids)
-    history = []
-    converged = strict = False
-    iterations = 0
-    for it in range(iters):
-        _mark("iteration", x.device)
-        new, inertia = lloyd.step(c, ids, previous if it > 0 and tol is not None else None)
-        history.append(inertia)
-        iterations = it + 1
-        if tol is not None and it > 0 and int(lloyd.counts[k + 1]) == 0:
-            converged = strict = True   # the same ids as before, so `new` equals c: it is final
-            break
-        shift = None if tol is None else (new.double() - c.double()).square().sum()
-        c = new
-        ids, previous = previous, ids
-        if tol is not None and bool(shift <= threshold):
-            converged = True
-            break
-    if not strict:
-        # assign once more, so that ids (and the last inertia) belong to the centroids returned
-        _mark("final", x.device)
-        _, inertia = lloyd.step(c, ids, previous)
-        history.append(inertia)
-        if tol is None:
-            converged = int(lloyd.counts[k + 1]) == 0
+    if x.is_cuda and group is None and _GRAPHS:
+        c, ids, history, iterations, converged = _graph_loop(lloyd, c, iters, tol, threshold)
+    else:
+        c, ids, history, iterations, converged = _eager_loop(lloyd, c, iters, tol, threshold)
     _mark("end", x.device)
     if int(lloyd.unassigned) > 0:
         raise ValueError(f"{int(lloyd.unassigned)} point assignments found no centroid with a finite fp32 score "
                          f"(|x| or |c| too large for fp32 scores)")
-    return FitResult(centroids=c, ids=ids, inertia=tuple(torch.stack(history).tolist()),
+    return FitResult(centroids=c, ids=ids, inertia=tuple(history.tolist()),
                      iterations=iterations, converged=converged)

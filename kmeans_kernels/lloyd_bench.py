@@ -14,7 +14,10 @@ so the loops run back to back inside a call:
   input checks, the fixed-point scale, the data mean and spread: a few passes over x) and the closing
   assignment (n + 1 assignments);
 * ``ours/lloyd``: n iterations of fit's loop body alone (assignment, integer sums, update, inertia), on a
-  state prepared outside the timed call: the cost of one iteration;
+  state prepared outside the timed call, replayed as fit replays it on CUDA: from the two CUDA graphs of
+  `lloyd._GraphLoop` (captured in the warm-up calls), one driver call per iteration: the cost of one iteration;
+* ``ours/lloyd_eager``: the same body launched operation by operation from the host, as fit runs it under a
+  process group (and on the CPU): the same device work, so the difference to ``ours/lloyd`` is host time;
 * ``ours/lloyd_index_add``: the same with the update fit uses on the CPU (``index_add_`` of the int64
   fixed-point copy of x) instead of the sort and the sums kernel (`kmeans_kernels.lloyd_update`): the same
   centroids bit for bit, the update's cost before and after;
@@ -85,10 +88,11 @@ def contenders(kernels: set[str], iters: int, sets):
     """{(kernel, variant): fn(x, c0) -> (ids, centroids assigned to)} and, per input set, fit's prepared state."""
     out = {}
     if "ours" in kernels:
-        states, old_states, c0_ids = {}, {}, {}
+        states, old_states, graph_loops, c0_ids = {}, {}, {}, {}
         for x, c0 in sets:
             shards = _fit._Shards(None, x.shape[0])
             states[x.data_ptr()] = lloyd = _fit._Lloyd(x, c0.shape[0], "auto", shards)
+            graph_loops[x.data_ptr()] = _fit._GraphLoop(_fit._Lloyd(x, c0.shape[0], "auto", shards), iters, None)
             old_states[x.data_ptr()] = _fit._Lloyd(x, c0.shape[0], "auto", shards, update="index_add")
             c0_ids[x.data_ptr()] = lloyd.assign(c0, torch.empty_like(lloyd.ids))
 
@@ -104,6 +108,14 @@ def contenders(kernels: set[str], iters: int, sets):
             return lloyd.ids, used
 
         def ours_lloyd(x, c0, n=iters):
+            graphed = graph_loops[x.data_ptr()]
+            graphed.start(c0)
+            for i in range(n):
+                graphed.run(i % 2)
+            last = (n - 1) % 2   # run(p) assigns from c[p] into ids[p]
+            return graphed.ids[last], graphed.c[last]
+
+        def ours_lloyd_eager(x, c0, n=iters):
             return loop(states[x.data_ptr()], c0, n)
 
         def ours_lloyd_index_add(x, c0, n=iters):
@@ -125,6 +137,7 @@ def contenders(kernels: set[str], iters: int, sets):
 
         out["ours", "fit"] = ours_fit
         out["ours", "lloyd"] = ours_lloyd
+        out["ours", "lloyd_eager"] = ours_lloyd_eager
         out["ours", "lloyd_index_add"] = ours_lloyd_index_add
         out["ours", "sums"] = ours_sums
         out["ours", "assign"] = ours_assign
@@ -163,8 +176,8 @@ def match_rate(fn, sets) -> float:
 def summary(df):
     """One row per shape of the newest run in `df` (records.read(gpu, TABLE)) that timed ours/fit: ms per Lloyd
     iteration of each contender, lloyd/assign (the loop's cost over the kernel's; issue 19 asks for <= 1.15 at
-    1M x 128 x 4096), the same for the index_add update where it was timed, and flashlib/lloyd (> 1: ours is
-    faster). Empty if no run did."""
+    1M x 128 x 4096), the same for the eager launches and for the index_add update where they were timed, and
+    flashlib/lloyd (> 1: ours is faster). Empty if no run did."""
     import pandas as pd
     run = records.last_run(df, [("ours", "fit")])
     if run.empty:
@@ -173,6 +186,8 @@ def summary(df):
     table.columns = [f"{k}/{v} ms" for k, v in table.columns]
     if {"ours/lloyd ms", "ours/assign ms"} <= set(table.columns):
         table["lloyd/assign"] = table["ours/lloyd ms"] / table["ours/assign ms"]
+    if {"ours/lloyd_eager ms", "ours/assign ms"} <= set(table.columns):
+        table["lloyd_eager/assign"] = table["ours/lloyd_eager ms"] / table["ours/assign ms"]
     if {"ours/lloyd_index_add ms", "ours/assign ms"} <= set(table.columns):
         table["lloyd_index_add/assign"] = table["ours/lloyd_index_add ms"] / table["ours/assign ms"]
     if {"ours/lloyd ms", "flashlib/flash_kmeans ms"} <= set(table.columns):
@@ -218,7 +233,8 @@ def main(argv=None) -> int:
         by = {(r["kernel"], r["variant"]): r["ms_median"] for r in shape_rows}
         cells = "  ".join(f"{k}/{v} {ms:.3f}" for (k, v), ms in by.items())
         ratio = (f"   lloyd/assign {by['ours', 'lloyd'] / by['ours', 'assign']:.3f}x"
-                 f" (index_add update {by['ours', 'lloyd_index_add'] / by['ours', 'assign']:.3f}x)"
+                 f" (eager {by['ours', 'lloyd_eager'] / by['ours', 'assign']:.3f}x,"
+                 f" index_add update {by['ours', 'lloyd_index_add'] / by['ours', 'assign']:.3f}x)"
                  if ("ours", "assign") in by else "")
         if ("ours", "lloyd") in by and ("flashlib", "flash_kmeans") in by:
             ratio += f"   flashlib/lloyd {by['flashlib', 'flash_kmeans'] / by['ours', 'lloyd']:.2f}x"

@@ -330,13 +330,14 @@ def test_bench_summary_and_scaling_tables():
     import pandas as pd
     from kmeans_kernels import lloyd_bench
     df = pd.DataFrame([_rows(), _rows(variant="lloyd", ms_median=0.9), _rows(variant="assign", ms_median=0.75),
+                       _rows(variant="lloyd_eager", ms_median=1.125),
                        _rows(variant="lloyd_index_add", ms_median=1.5),
                        _rows(kernel="flashlib", variant="flash_kmeans", ms_median=1.8),
                        _rows(variant="fit", ms_median=5.0, date="2026-11-01T00:00:00Z")])
     t = lloyd_bench.summary(df)
     assert len(t) == 1 and t["ours/fit ms"][0] == 1.0
     assert t["lloyd/assign"][0] == pytest.approx(1.2) and t["flashlib/lloyd"][0] == pytest.approx(2.0)
-    assert t["lloyd_index_add/assign"][0] == pytest.approx(2.0)
+    assert t["lloyd_index_add/assign"][0] == pytest.approx(2.0) and t["lloyd_eager/assign"][0] == pytest.approx(1.5)
     assert lloyd_bench.summary(df.iloc[0:0]).empty
     dd = pd.DataFrame([_rows(variant="fit_single", N=2_000_000, world=1, ms_median=4.0, allreduce_share=0.0,
                              centroids_equal=1),
@@ -369,8 +370,8 @@ def test_lloyd_bench_contenders_run_on_the_cpu_path():
     x, labels, centres = symmetric_blobs(8, 40, 32, seed=9)
     sets = [(x, one_per_cluster(x, labels, 8))]
     fns = lloyd_bench.contenders({"ours", "torch"}, 3, sets)
-    assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "lloyd_index_add"), ("ours", "sums"),
-                        ("ours", "assign"), ("torch", "loop")}
+    assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "lloyd_eager"), ("ours", "lloyd_index_add"),
+                        ("ours", "sums"), ("ours", "assign"), ("torch", "loop")}
     del fns["ours", "assign"]
     times = timing.bench_interleaved(fns, sets, warmup=1, iters=2)
     assert all(t.clock == timing.PERF_COUNTER and len(t.samples) == 2 for t in times.values())

@@ -1,0 +1,256 @@
+"""fit's Lloyd loop replayed from CUDA graphs (`lloyd._GraphLoop`) against its eager loop: the same results bit for
+bit. On the CPU the loop's bookkeeping (parities, history counter, convergence status, the final assignment, the
+fallback when a capture fails) runs through stand-in graphs; on a GPU (`-m gpu`) through torch.cuda.CUDAGraph."""
+import warnings
+
+import pytest
+import torch
+
+import kmeans_kernels
+from kmeans_kernels import lloyd as fitmod
+
+bf16 = torch.bfloat16
+gpu = pytest.mark.gpu
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+
+def blobs(n, d, k, seed, dtype=bf16, device="cpu"):
+    """Small integers around k centres 4 apart per coordinate, noise in {-1, 0, 1}: well separated, exact."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    centres = 4 * torch.randint(-4, 5, (k, d), generator=g, device=device)
+    labels = torch.randint(0, k, (n,), generator=g, device=device)
+    return (centres[labels] + torch.randint(-1, 2, (n, d), generator=g, device=device)).to(dtype)
+
+
+def randn(n, d, seed, dtype=bf16, device="cpu"):
+    g = torch.Generator(device=device).manual_seed(seed)
+    return (3 * torch.randn(n, d, generator=g, device=device)).to(dtype)
+
+
+def far_init(x, k, seed):
+    """k rows of x as centroids, the last one moved far from every point: its cluster stays empty."""
+    g = torch.Generator(device=x.device).manual_seed(seed)
+    c0 = x[torch.randperm(x.shape[0], generator=g, device=x.device)[:k]].float()
+    c0[-1] = 1000.0
+    return c0
+
+
+class Stand:
+    """Graphs on the CPU: capture runs nothing and returns something whose replay runs the body, as a CUDA graph
+    replays what was captured. Counts what happened; `fail` makes every capture raise."""
+
+    def __init__(self, fail=False):
+        self.fail, self.warm_ups, self.captures, self.replays = fail, 0, 0, 0
+
+    def warm_up(self, body):
+        self.warm_ups += 1
+        body()
+
+    def capture(self, body):
+        self.captures += 1
+        if self.fail:
+            raise RuntimeError("operation not permitted when stream is capturing\nsecond line")
+        stand = self
+
+        class Graph:
+            def replay(self):
+                stand.replays += 1
+                body()
+        return Graph()
+
+
+def prepared(x, k, init, iters, tol):
+    """What fit builds before its loop: (the state, the initial centroids, the tol threshold)."""
+    shards = fitmod._Shards(None, 0)
+    fitmod._check(x, k, iters, tol, init, "auto", shards, fitmod._comm_device(None))
+    lloyd = fitmod._Lloyd(x, k, "auto", shards)
+    c = fitmod._initial_centroids(x, k, init, 0, shards)
+    return lloyd, c, None if tol is None else tol * lloyd.variance
+
+
+def eager_loop(x, k, init, iters, tol):
+    lloyd, c, threshold = prepared(x, k, init, iters, tol)
+    return fitmod._eager_loop(lloyd, c, iters, tol, threshold)
+
+
+def assert_same(a, b):
+    """Two loop results (centroids, ids, history, iterations, converged): equal bit for bit."""
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert torch.equal(a[2], b[2]) and a[2].dtype == b[2].dtype == torch.float64
+    assert a[3:] == b[3:]
+
+
+CASES = {   # name: (x, k, init, iters, tol, how it ends)
+    "tol=None": (randn(3000, 16, 0), 12, "k-means++", 5, None, "all iterations"),
+    "one iteration": (randn(500, 8, 1), 4, "random", 1, None, "all iterations"),
+    "shift within tol": (randn(3000, 16, 0), 12, "k-means++", 300, 1e-2, "shift"),
+    "ids unchanged": (blobs(2000, 16, 6, 2), 6, "k-means++", 50, 1e-4, "ids"),
+    "tol=0, runs out": (randn(3000, 16, 3), 12, "random", 4, 0.0, "all iterations"),
+    "empty cluster": (randn(3000, 16, 4), 12, None, 6, 1e-4, "all iterations"),
+}
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_graph_loop_equals_the_eager_loop_bit_for_bit(name):
+    x, k, init, iters, tol, ends = CASES[name]
+    init = far_init(x, k, 5) if init is None else init
+    eager = eager_loop(x, k, init, iters, tol)
+    stand = Stand()
+    lloyd, c, threshold = prepared(x, k, init, iters, tol)
+    graphed = fitmod._graph_loop(lloyd, c, iters, tol, threshold, graphs=stand)
+    assert_same(graphed, eager)
+    c_out, ids, history, iterations, converged = graphed
+    strict = len(history) == iterations        # the ids stopped changing: no closing assignment
+    assert (iterations == iters) == (ends == "all iterations")
+    if ends != "all iterations":
+        assert converged and strict == (ends == "ids")
+    # the first run is the warm-up; the closing assignment replays only where the graphs compare ids (a tol)
+    runs = iterations + (not strict and tol is not None)
+    assert stand.warm_ups == 1 and stand.replays == runs - 1 and stand.captures == min(2, runs - 1)
+    if name == "empty cluster":
+        assert not (ids == k - 1).any() and torch.equal(c_out[-1], init[-1])
+
+
+def test_fit_falls_back_to_the_eager_body_when_a_capture_fails():
+    x, k, init, iters, tol, _ = CASES["tol=None"]
+    eager = eager_loop(x, k, init, iters, tol)
+    stand = Stand(fail=True)
+    with pytest.warns(RuntimeWarning, match=r"failed \(RuntimeError: operation not permitted[^\n]*\); running it "
+                                            r"eagerly$") as caught:
+        graphed = fitmod._graph_loop(*prepared(x, k, init, iters, tol)[:2], iters, tol, None, graphs=stand)
+    assert len([w for w in caught if "CUDA graph" in str(w.message)]) == 1
+    assert stand.captures == 1 and stand.replays == 0
+    assert_same(graphed, eager)
+
+
+def test_graph_loop_refuses_more_runs_than_it_has_history_for():
+    """The device counter indexes the history: past its end the host refuses, before any device-side index."""
+    x, k, init, iters, tol, _ = CASES["one iteration"]
+    lloyd, c, _ = prepared(x, k, init, iters, tol)
+    loop = fitmod._GraphLoop(lloyd, 2, None, graphs=Stand())
+    loop.start(c)
+    for p in (0, 1, 0):
+        loop.run(p)
+    with pytest.raises(RuntimeError, match="start"):
+        loop.run(1)
+    loop.start(c)            # a new loop on the same graphs: from the history's start
+    loop.run(0)
+    assert loop.runs == 1 and int(loop.count) == 1
+
+
+def test_fit_on_the_cpu_and_under_a_group_stays_eager(monkeypatch):
+    """The graph loop is for CUDA without a process group only; the CPU path never builds one."""
+    monkeypatch.setattr(fitmod, "_graph_loop", lambda *a, **k: pytest.fail("the CPU path took the graph loop"))
+    x, k, init, iters, tol, _ = CASES["tol=None"]
+    r = kmeans_kernels.fit(x, k, init=init, iters=iters, tol=tol)
+    assert r.iterations == iters and len(r.inertia) == iters + 1
+
+
+# ---- on a GPU: torch.cuda.CUDAGraph ---------------------------------------------------------------------------
+
+def count_replays(monkeypatch):
+    """A list that grows by one at every torch.cuda.CUDAGraph.replay."""
+    seen = []
+    replay = torch.cuda.CUDAGraph.replay
+
+    def counted(self):
+        seen.append(1)
+        return replay(self)
+    monkeypatch.setattr(torch.cuda.CUDAGraph, "replay", counted)
+    return seen
+
+
+def both_ways(monkeypatch, x, k, **kw):
+    """fit eagerly and from graphs; (eager, graphed, replays of the graphed run). A fallback warning fails."""
+    monkeypatch.setattr(fitmod, "_GRAPHS", False)
+    seen = count_replays(monkeypatch)
+    eager = kmeans_kernels.fit(x, k, **kw)
+    assert not seen
+    monkeypatch.setattr(fitmod, "_GRAPHS", True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        graphed = kmeans_kernels.fit(x, k, **kw)
+    return eager, graphed, len(seen)
+
+
+def assert_same_fit(a, b):
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids)
+    assert a.inertia == b.inertia and a.iterations == b.iterations and a.converged == b.converged
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype", [bf16, torch.float16])
+def test_graph_fit_equals_eager_with_tol_none_and_an_empty_cluster(monkeypatch, dtype):
+    x = randn(60000, 64, 7, dtype, "cuda")
+    c0 = far_init(x, 256, 8)
+    eager, graphed, replays = both_ways(monkeypatch, x, 256, init=c0, iters=6, tol=None)
+    assert_same_fit(graphed, eager)
+    assert replays == 6 - 1                    # all but the warm-up; the closing assignment runs eagerly
+    assert len(graphed.inertia) == 7 and graphed.inertia[-1] < graphed.inertia[0]
+    assert not (graphed.ids == 255).any() and torch.equal(graphed.centroids[-1], c0[-1])
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("dtype,tol,ends", [(bf16, 1e-4, "shift"), (torch.float16, 0.0, "ids")])
+def test_graph_fit_equals_eager_when_it_stops_early(monkeypatch, dtype, tol, ends):
+    """One read of the status per iteration. On these blobs the CPU path stops on the shift test at tol=1e-4
+    (after 14 iterations) and on unchanged ids at tol=0 (18); exact inputs, so the GPU's answers are the same."""
+    x = blobs(60000, 64, 256, 9, dtype).cuda()
+    eager, graphed, replays = both_ways(monkeypatch, x, 256, iters=100, tol=tol)
+    assert_same_fit(graphed, eager)
+    strict = len(graphed.inertia) == graphed.iterations
+    assert graphed.converged and graphed.iterations < 100 and strict == (ends == "ids")
+    assert replays == len(graphed.inertia) - 1  # every run but the warm-up, the closing assignment included
+
+
+@gpu
+@needs_cuda
+def test_graph_replays_never_wait_for_the_gpu(monkeypatch):
+    """tol=None: after the warm-up and the two captures, replaying iterations queues work only."""
+    x = randn(60000, 64, 11, bf16, "cuda")
+    c0 = x[:256].float()
+    lloyd, _, _ = prepared(x, 256, c0, 8, None)
+    loop = fitmod._GraphLoop(lloyd, 8, None)
+    loop.start(c0)
+    for p in (0, 1, 0):                         # warm-up, capture of parity 1, capture of parity 0
+        loop.run(p)
+    assert all(g is not None for g in loop.graphs) and not loop.eager
+    torch.cuda.synchronize()
+    seen = count_replays(monkeypatch)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for p in (1, 0, 1, 0, 1):
+            loop.run(p)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert len(seen) == 5 and int(loop.count) == 8
+    eager = eager_loop(x, 256, c0, 8, None)
+    assert torch.equal(loop.history[:8], eager[2][:8])   # the same inertia, run by run
+
+
+@gpu
+@needs_cuda
+def test_a_capture_that_really_fails_falls_back_to_the_same_answer(monkeypatch):
+    """A body that waits for the GPU cannot be captured: fit warns once, runs eagerly, and loses nothing."""
+    x = randn(60000, 64, 12, bf16, "cuda")
+    c0 = x[:256].float()
+    monkeypatch.setattr(fitmod, "_GRAPHS", False)
+    eager = kmeans_kernels.fit(x, 256, init=c0, iters=5, tol=None)
+    monkeypatch.setattr(fitmod, "_GRAPHS", True)
+    body = fitmod._GraphLoop.body
+
+    def waiting_body(self, p):
+        body(self, p)
+        int(self.count)                         # a host read of device data: illegal while capturing
+    monkeypatch.setattr(fitmod._GraphLoop, "body", waiting_body)
+    with pytest.warns(RuntimeWarning, match="running it eagerly"):
+        fallen = kmeans_kernels.fit(x, 256, init=c0, iters=5, tol=None)
+    assert_same_fit(fallen, eager)
+    monkeypatch.setattr(fitmod._GraphLoop, "body", body)
+    seen = count_replays(monkeypatch)
+    with warnings.catch_warnings():            # and the process still captures and replays, to the same answer
+        warnings.simplefilter("error", RuntimeWarning)
+        assert_same_fit(kmeans_kernels.fit(x, 256, init=c0, iters=5, tol=None), eager)
+    assert len(seen) == 5 - 1
