@@ -8,8 +8,8 @@
 A manifest maps each variant id (e.g. ``gemm-hopper/stream-k-deferred``) to the sha256 of its SASS text (as
 ``workbook.sass.disassemble`` prints it) and of its PTX, or to the error its compile raised. The ids cover
 every code path the kernels have: the k-means variants of both architectures at several D and both input
-dtypes; the Hopper GEMM's epilogues, tile widths, ring depths, clusters, schedules, narrow widths, the
-deferred epilogue, stream-K and the traced build; the Blackwell GEMM's epilogues, depths, schedules (one MMA
+dtypes; the Hopper GEMM's dtypes, epilogues, tile rows and widths, ring depths, clusters, schedules, narrow
+widths, the deferred epilogue, stream-K and the traced build; the Blackwell GEMM's epilogues, depths, schedules (one MMA
 loop per item width) and dtypes. A refactoring that keeps behaviour keeps every hash: the kernels' names
 carry their module and class (CuTe DSL mangles them in), so moving a kernel class shows up here too.
 
@@ -102,6 +102,11 @@ HOPPER_GEMM = {
     "trace-default": (S4, S4, S4, dict(trace=True)),
     "trace-staged": (S4, S4, S4, dict(STAGED, trace=True)),
     "trace-stream-k": (S4, S4, S4, dict(CLUSTER, stream_k=True, defer_epilogue=True, trace=True)),
+    "fp16-default": (S4, S4, S4, dict(dtype="fp16")),
+    "fp16-staged": (S4, S4, S4, dict(STAGED, dtype="fp16")),
+    "rows64-128": (S4, S4, S4, dict(tile=(64, 128, 64))),
+    "rows64-64-stream-k": (16, 8192, 4096, dict(tile=(64, 64, 64), schedule="uniform", stream_k=True, cluster_m=1)),
+    "rows64-256-cluster2": (S4, S4, S4, dict(tile=(64, 256, 64), schedule="uniform", cluster_m=2)),
 }
 
 # The Blackwell GEMM compiles with static shapes (the K loop's trip count is known): (M, N, K) matter.
@@ -139,13 +144,13 @@ def _compile(kind: str, args: dict):
     M, N, K = args["shape"]
     kw = dict(args["kw"])
     import gemm_kernels
+    if "dtype" in kw:
+        kw["dtype"] = _dtype(kw["dtype"])
     if kind == "gemm-hopper":
         entry = gemm_kernels.backend("sm_90a").compile_gemm
         if "trace" in kw and "variant" in inspect.signature(entry).parameters:
             kw["variant"] = {"trace": kw.pop("trace")}     # a tree from before the options object
         return entry(M, N, K, **kw)
-    if "dtype" in kw:
-        kw["dtype"] = _dtype(kw["dtype"])
     return gemm_kernels.backend("sm_100a").compile_gemm(M, N, K, **kw)
 
 
