@@ -214,8 +214,9 @@ print(f"ids equal: {torch.equal(torch.cat([q.ids for q in ranks]), r.ids)}; "
 #
 # `python -m kmeans_kernels.lloyd_bench` times, on each seed shape and bf16 random data, a loop of 5 iterations from
 # the same centroids: `ours/fit` (the whole `fit` call, per iteration, including its setup and closing assignment),
-# `ours/lloyd` (the loop body alone), `ours/assign` (the kernel alone), flashlib 0.4.0's own loop and a plain torch
-# loop. Issue 19's goals: `lloyd/assign ≤ 1.15` at 1M × 128 × 4096, and faster than flashlib's loop (flashlib/lloyd > 1)
+# `ours/lloyd` (the loop body alone, as `fit` runs it: where the table also lists `ours/lloyd_eager`, `ours/lloyd`
+# is replayed from a CUDA graph and `ours/lloyd_eager` launches it op by op), `ours/assign` (the kernel alone),
+# flashlib 0.4.0's own loop and a plain torch loop. Issue 19's goals: `lloyd/assign ≤ 1.15` at 1M × 128 × 4096, and faster than flashlib's loop (flashlib/lloyd > 1)
 # everywhere. From the data file, if it has been recorded:
 
 # %%
