@@ -76,17 +76,18 @@ def classes_of(M: int, N: int, K: int) -> tuple[str, ...]:
     return tuple(found)
 
 
-def all_shapes(classes=None) -> list[tuple[str, tuple[int, int, int]]]:
-    """(class, shape) pairs of the chosen classes (default all), each shape once (under its first class),
-    cheapest first by `expected_ms`."""
+def all_shapes(classes=None, tables=(SHAPES,)) -> list[tuple[str, tuple[int, int, int]]]:
+    """(class, shape) pairs of the chosen classes (default all) of each of `tables` (SHAPES; with HELD_OUT too,
+    the rule check's), each shape once (under its first class), cheapest first by `expected_ms`."""
     seen, found = set(), []
-    for name in classes or SHAPES:
-        if name not in SHAPES:
-            raise ValueError(f"unknown class {name!r}; choose from {list(SHAPES)}")
-        for shape in SHAPES[name]:
-            if shape not in seen:
-                seen.add(shape)
-                found.append((name, shape))
+    for table in tables:
+        for name in classes or table:
+            if name not in table:
+                raise ValueError(f"unknown class {name!r}; choose from {list(table)}")
+            for shape in table[name]:
+                if shape not in seen:
+                    seen.add(shape)
+                    found.append((name, shape))
     return sorted(found, key=lambda cs: expected_ms(*cs[1]))
 
 
@@ -109,21 +110,12 @@ def estimate_minutes(shapes, contenders: int, rounds: int = ROUNDS, warmup: int 
     return total / 60e3
 
 
-def input_sets(M: int, N: int, K: int, n: int = 3, seed: int = 1234):
-    import torch
-    sets = []
-    for i in range(n):
-        g = torch.Generator(device="cuda").manual_seed(seed + i)
-        sets.append((torch.randn(M, K, device="cuda", dtype=torch.bfloat16, generator=g),
-                     torch.randn(K, N, device="cuda", dtype=torch.bfloat16, generator=g)))
-    return sets
-
-
 def measure_shape(fns: dict, M: int, N: int, K: int, cls: str, rounds: int = ROUNDS, **columns):
     """One shape: every contender checked on the first input set, then `compare`d with torch.matmul; `columns`
     are added to every row."""
     import torch
 
+    from gemm_kernels.bench import input_sets
     from workbook import timing
     sets = input_sets(M, N, K)
     a, b = sets[0]
@@ -227,7 +219,7 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.rounds < 2:
         p.error("--rounds must be >= 2 (an interval needs rounds)")
-    shapes = all_shapes(args.classes)
+    shapes = all_shapes(args.classes, (SHAPES, HELD_OUT) if args.default_only else (SHAPES,))
     fns_count = 2 if args.default_only else 1 + len(args.candidates or configs.HOPPER_CANDIDATES)
     minutes = estimate_minutes([s for _, s in shapes], fns_count, args.rounds)
     print(f"{len(shapes)} shapes x {fns_count} contenders: about {minutes:.1f} GPU minutes", flush=True)
@@ -243,11 +235,7 @@ def main(argv=None):
     fns = contenders(args.candidates, args.default_only)
     table = DEFAULT_TABLE if args.default_only else TABLE
     frames = []
-    held_out = set()
-    if args.default_only:
-        held_out = {s for name in (args.classes or HELD_OUT) for s in HELD_OUT[name]}
-        shapes = sorted(shapes + [(name, s) for name in (args.classes or HELD_OUT) for s in HELD_OUT[name]],
-                        key=lambda cs: expected_ms(*cs[1]))
+    held_out = {shape for group in HELD_OUT.values() for shape in group}
     for i, (cls, (M, N, K)) in enumerate(shapes):
         extra = {"held_out": (M, N, K) in held_out} if args.default_only else {}
         frame = measure_shape(fns, M, N, K, cls, args.rounds, **extra)

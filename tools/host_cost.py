@@ -1,5 +1,5 @@
 """Where a small GEMM's time goes, ours against torch.matmul: the host's microseconds per call, piece by piece,
-and the GPU's kernel duration per call (CUPTI, through torch.profiler).
+and the GPU's kernel time per call (CUPTI, through `gemm_kernels.sweep.gpu_ms`).
 
     python tools/host_cost.py                      # 1024^3 and 16x8192x4096
     python tools/host_cost.py --shapes 2048x2048x2048 --calls 2000
@@ -15,7 +15,7 @@ import time
 import torch
 
 import gemm_kernels
-from gemm_kernels import hopper_host, rule
+from gemm_kernels import hopper_host, rule, sweep
 from gemm_kernels.hopper_options import DTYPES
 from gemm_kernels.bench import shape_arg
 from workbook import launch
@@ -27,23 +27,6 @@ def per_call_us(fn, calls: int) -> float:
     for _ in range(calls):
         fn()
     return (time.perf_counter() - t) / calls * 1e6
-
-
-def kernel_us(fn, calls: int = 200) -> dict:
-    """Median CUDA kernel duration per launched kernel name, from a torch.profiler trace."""
-    from torch.profiler import ProfilerActivity, profile
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    found = {}
-    for e in prof.events():
-        if e.device_type == torch.autograd.DeviceType.CUDA:
-            found.setdefault(e.name[:60], []).append(e.device_time)
-    return {k: sorted(v)[len(v) // 2] for k, v in found.items()}
 
 
 def main(argv=None):
@@ -81,9 +64,9 @@ def main(argv=None):
             us = per_call_us(fn, args.calls)
             torch.cuda.synchronize()
             print(f"  {name:<34} {us:8.2f} us per call")
-        for name, fn in (("ours", ours), ("torch", lambda: torch.matmul(a, b))):
-            for kname, us in kernel_us(fn).items():
-                print(f"  GPU {name:<6} {kname:<60} {us:8.2f} us")
+        gpu = sweep.gpu_ms({"ours": ours, "torch": lambda: torch.matmul(a, b)}, [()], calls=200)
+        for name, ms in gpu.items():
+            print(f"  GPU time per call, {name:<5} {1e3 * ms:8.2f} us")
 
 
 if __name__ == "__main__":
