@@ -677,12 +677,10 @@ def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, grap
             if it > 0 and changed == 0:
                 converged = strict = True   # c[p] is final, and ids[p] its assignment
                 break
-            p = 1 - p
-            if within:
-                converged = True
-                break
-        else:
-            p = 1 - p
+        p = 1 - p
+        if tol is not None and within:
+            converged = True
+            break
     last = []
     if not strict:
         _mark("final", lloyd.x.device)
