@@ -173,8 +173,13 @@ def class_summary(frame, variant: str | None = None):
 
 
 def latest_run(frame):
-    """The rows of the sweep's latest run (its `date`, the run's start): a rule is learned from one run."""
-    return frame[frame.date == frame.date.max()]
+    """Each class's rows from the latest run that swept it (a run's `date` is its start): every candidate of a
+    class is judged against torch.matmul in one run, and a sweep of some classes (`--classes`) refreshes those
+    without discarding the others. A run that timed only some candidates replaces its classes all the same."""
+    if frame.empty:
+        return frame
+    newest = frame.groupby("class").date.transform("max")
+    return frame[frame.date == newest]
 
 
 def main(argv=None):

@@ -19,3 +19,13 @@ def ticking_clock(monkeypatch):
 
     monkeypatch.setattr(records.datetime, "datetime", Clock)
     return Clock
+
+
+@pytest.fixture(autouse=True)
+def fresh_arch_lookup():
+    """workbook.dispatch caches each device's arch (a real device's capability never changes); tests that stand
+    in a different capability must not find the previous test's answer."""
+    from workbook import dispatch
+    dispatch._arch_of_index.cache_clear()
+    yield
+    dispatch._arch_of_index.cache_clear()

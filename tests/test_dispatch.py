@@ -10,6 +10,7 @@ TABLE = dispatch.Backends("demo", {"sm_90a": "json", "sm_100a": "csv"}, instead=
 def _capability(monkeypatch, cc, name="a test GPU"):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: cc)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: name)
+    dispatch._arch_of_index.cache_clear()      # a stand-in device that changes its capability
 
 
 def test_module_by_arch_and_unknown_arch_named():
@@ -42,3 +43,16 @@ def test_both_packages_dispatch_through_it():
     import kmeans_kernels
     assert isinstance(gemm_kernels.BACKENDS, dispatch.Backends) and isinstance(kmeans_kernels.BACKENDS, dispatch.Backends)
     assert gemm_kernels.BACKENDS.archs == kmeans_kernels.BACKENDS.archs == ("sm_90a", "sm_100a")
+
+
+def test_arch_is_looked_up_once_per_device(monkeypatch):
+    asked = []
+
+    def capability(d=None):
+        asked.append(d)
+        return (9, 0)
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", capability)
+    for device in (torch.device("cuda", 0), "cuda:0", 0, torch.device("cuda", 1)):
+        assert TABLE.arch_of(device) == "sm_90a"
+    assert asked == [0, 1]

@@ -168,3 +168,19 @@ def test_gemm_without_options_runs_the_rules_choice(M, N, K):
     ref = a.float() @ b.float()
     c = gemm_kernels.gemm(a, b)
     assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2
+
+
+def test_the_latest_run_is_taken_class_by_class():
+    """A sweep of some classes refreshes those and keeps the others' latest run; within a class, one run."""
+    old = _frame(BEST, SHAPES).assign(date="2026-01-01T00:00:00Z")
+    old.loc[old.M < 1024, "class"] = "skinny"
+    new_best = {s: "128 balanced cluster1" for s in SHAPES}
+    new = _frame(new_best, SHAPES[3:]).assign(date="2026-01-02T00:00:00Z")
+    new["class"] = "skinny"
+    latest = rule.latest_run(pd.concat([old, new], ignore_index=True))
+    assert set(latest[latest["class"] == "square"].date) == {"2026-01-01T00:00:00Z"}
+    assert set(latest[latest["class"] == "skinny"].date) == {"2026-01-02T00:00:00Z"}
+    fitted = rule.fit(latest)
+    assert fitted.choose(16, 4096, 4096) == "128 balanced cluster1"
+    assert fitted.choose(4096, 4096, 4096) == "256 balanced cluster2"
+    assert rule.latest_run(latest.iloc[0:0]).empty

@@ -11,6 +11,7 @@ import torch
 import kmeans_kernels
 from kmeans_kernels import blackwell, reference
 from kmeans_kernels import sass_checks as checks
+from workbook import dispatch
 from workbook import sass as sass_tools
 
 on_b200 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (10, 0)
@@ -124,6 +125,7 @@ def _pretend_cuda(monkeypatch, capability):
     monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: capability)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda d=None: f"a GPU of capability {capability}")
+    dispatch._arch_of_index.cache_clear()      # a stand-in device that changes its capability
 
 
 def test_dispatch_picks_blackwell_on_sm100_only(monkeypatch):

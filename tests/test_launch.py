@@ -359,3 +359,28 @@ def test_gemm_step_launches_are_keyed_by_device_and_launch_there(devices, fake_g
     assert compiled_on == [1, 0] and launched_on == [1, 1, 0] and streams_of == [1, 1, 0]
     assert (launches.on(1).device, launches.on(0).device) == (1, 0) and launches.on(1) is not launches.on(0)
     assert compiled_on == [1, 0] and devices["current"] == 0
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_captured_graph_replays_through_the_driver_calls():
+    """capture_graph / graph_launch / graph_destroy, the ctypes path of every repeat: the replay does the captured
+    work on the stream it is launched on, once per launch, and an error from the driver is raised."""
+    x = torch.zeros(4, device="cuda")
+
+    def enqueue(stream):
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            x.add_(1)
+
+    graph = launch.capture_graph(enqueue)
+    assert isinstance(graph, int) and graph
+    torch.cuda.synchronize()
+    assert x.tolist() == [0.0] * 4                 # capturing ran nothing
+    s = torch.cuda.Stream()
+    for _ in range(3):
+        launch.graph_launch(graph, s.cuda_stream)
+    s.synchronize()
+    assert x.tolist() == [3.0] * 4
+    launch.graph_destroy(graph)
+    with pytest.raises(RuntimeError, match="cuGraphLaunch failed"):
+        launch.graph_launch(0, s.cuda_stream)

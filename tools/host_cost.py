@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import time
 
+import cuda.bindings.driver as cuda
 import torch
 
 import gemm_kernels
@@ -59,6 +60,12 @@ def main(argv=None):
             "_launch (graph launch path)": lambda: hopper_host._launch(call, a, b, out, stream),
             "torch.cuda.current_device": torch.cuda.current_device,
         }
+        hopper_host._launch(call, a, b, out, stream)
+        hopper_host._launch(call, a, b, out, stream)       # a repeat: now its graph exists
+        graph = next(e.graph for e in call.launches._entries.values() if e.graph is not None)
+        as_object = cuda.CUgraphExec(graph)
+        pieces["cuGraphLaunch through ctypes (ours)"] = lambda: launch.graph_launch(graph, stream)
+        pieces["cuGraphLaunch through cuda-python"] = lambda: cuda.cuGraphLaunch(as_object, stream)
         print(f"\n{M}x{N}x{K}: rule picks {rule.choose(M, N, K)!r}")
         for name, fn in pieces.items():
             us = per_call_us(fn, args.calls)

@@ -12,6 +12,7 @@ MMA, so it gets none of these kernels).
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -41,15 +42,33 @@ class Backends:
         """The backend module for `arch`, imported on first use (the kernel modules need CuTe DSL)."""
         if arch not in self.modules:
             raise ValueError(f"no {self.what} kernels for arch {arch!r}; kernels exist for {sorted(self.archs)}")
-        return importlib.import_module(self.modules[arch])
+        return _import(self.modules[arch])
 
     def arch_of(self, device) -> str:
         """The arch whose kernels run on this CUDA device; a ValueError naming the device and `instead`
         on any other."""
-        major, minor = torch.cuda.get_device_capability(device)
-        arch = gpus.arch_of_capability(major, minor)
+        arch = _arch_of_index(_index(device))
         if arch not in self.modules:
             raise ValueError(f"{torch.cuda.get_device_name(device)} is {arch}: the {self.what} kernels are built "
                              f"for {' and '.join(f'{a} ({gpus.FAMILIES.get(a, a)})' for a in self.archs)} only; "
                              f"use {self.instead}")
         return arch
+
+
+# Both run on every kernel call, so they are looked up once: a device's compute capability never changes.
+@functools.lru_cache(maxsize=None)
+def _arch_of_index(index: int) -> str:
+    return gpus.arch_of_capability(*torch.cuda.get_device_capability(index))
+
+
+_import = functools.lru_cache(maxsize=None)(importlib.import_module)
+
+
+def _index(device) -> int:
+    """The CUDA device index of a torch.device, a string like "cuda:1", an int, or None (the current device)."""
+    if isinstance(device, int):
+        return device
+    if device is None:
+        return torch.cuda.current_device()
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index

@@ -32,6 +32,8 @@ graphs off.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import os
 import warnings
 from typing import Callable, Hashable, Sequence
@@ -146,9 +148,12 @@ def on_device(index: int | None):
 
 
 # ---- the driver calls behind the cache (module functions, so CPU tests can stand in for them)
+# The two calls made on every repeat (is the stream capturing? launch the graph) go straight to libcuda through
+# ctypes: through cuda-python's bindings each costs microseconds of argument conversion, which a per-call
+# synchronised benchmark of a small kernel counts. The rare ones (capture, instantiate) stay in cuda-python.
 
 _SUCCESS = cuda.CUresult.CUDA_SUCCESS
-_NOT_CAPTURING = cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+_NOT_CAPTURING = int(cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
 _capture_streams: dict[int, torch.cuda.Stream] = {}
 
 
@@ -159,17 +164,31 @@ def _check(result, what: str):
     return rest[0] if rest else None
 
 
+@functools.lru_cache(maxsize=1)
+def _libcuda():
+    """The driver library with the prototypes of the calls made per launch (loaded on first use: a machine
+    without a GPU never needs it)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    lib.cuGraphLaunch.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
+    lib.cuStreamIsCapturing.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
+    lib.cuGraphExecDestroy.argtypes = (ctypes.c_void_p,)
+    for f in (lib.cuGraphLaunch, lib.cuStreamIsCapturing, lib.cuGraphExecDestroy):
+        f.restype = ctypes.c_int
+    return lib
+
+
 def is_capturing(stream: int) -> bool:
     """Whether `stream` (a raw handle) is capturing into a CUDA graph, or was and the capture broke: one driver
     call, no torch.cuda.Stream object. An error (the legacy stream while another stream captures) counts as
     capturing too: it is no time to start a capture of our own."""
-    err, status = cuda.cuStreamIsCapturing(stream)
-    return err != _SUCCESS or status != _NOT_CAPTURING
+    status = ctypes.c_int()
+    err = _libcuda().cuStreamIsCapturing(stream, ctypes.byref(status))
+    return err != 0 or status.value != _NOT_CAPTURING
 
 
-def capture_graph(launch_on: Callable[[int], None]):
-    """Capture what `launch_on(stream)` enqueues on a side stream of the current device; the executable graph.
-    Relaxed capture mode, so that the first launch of a kernel may still load its module."""
+def capture_graph(launch_on: Callable[[int], None]) -> int:
+    """Capture what `launch_on(stream)` enqueues on a side stream of the current device; the executable graph's
+    raw handle. Relaxed capture mode, so that the first launch of a kernel may still load its module."""
     device = torch.cuda.current_device()
     side = _capture_streams.get(device)
     if side is None:
@@ -184,17 +203,19 @@ def capture_graph(launch_on: Callable[[int], None]):
         raise
     graph = _check(cuda.cuStreamEndCapture(handle), "cuStreamEndCapture")
     try:
-        return _check(cuda.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        return int(_check(cuda.cuGraphInstantiate(graph, 0), "cuGraphInstantiate"))
     finally:
         cuda.cuGraphDestroy(graph)        # the executable graph keeps its own copy
 
 
-def graph_launch(graph_exec, stream: int) -> None:
-    _check(cuda.cuGraphLaunch(graph_exec, stream), "cuGraphLaunch")
+def graph_launch(graph_exec: int, stream: int) -> None:
+    err = _libcuda().cuGraphLaunch(graph_exec, stream)
+    if err:
+        raise RuntimeError(f"cuGraphLaunch failed: {cuda.CUresult(err)}")
 
 
-def graph_destroy(graph_exec) -> None:
-    cuda.cuGraphExecDestroy(graph_exec)
+def graph_destroy(graph_exec: int) -> None:
+    _libcuda().cuGraphExecDestroy(graph_exec)
 
 
 def gmem_pointer(dtype, address: int, align: int):
