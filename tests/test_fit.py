@@ -300,6 +300,16 @@ def test_lloyd_bench_without_a_gpu_says_where_the_rows_are(capsys):
     assert "kmeans_fit.csv" in capsys.readouterr().out
 
 
+@gpu
+@needs_cuda
+def test_lloyd_bench_tiny_run_on_the_gpu(capsys):
+    from kmeans_kernels import lloyd_bench
+    assert lloyd_bench.main(["--shapes", "65536,64,512", "--kernels", "ours,torch", "--iters", "2", "--rounds", "2",
+                             "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert "lloyd/assign" in out and "issue 19's goals" in out
+
+
 def test_lloyd_bench_torch_loop_is_lloyd():
     """The plain torch contender is a Lloyd loop: on separated data it finds fit's clusters and centroids."""
     from kmeans_kernels import lloyd_bench
