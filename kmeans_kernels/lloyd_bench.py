@@ -5,15 +5,17 @@
     python -m kmeans_kernels.lloyd_bench --shapes 1048576,128,4096 --kernels ours,flashlib --no-record
     python -m kmeans_kernels.lloyd_bench --shapes 1048576,128,4096 --kernels ours     # issue 19's lloyd/assign
 
-Every contender runs a whole loop of --iters Lloyd iterations from the same initial centroids (K rows of x,
-drawn with a fixed seed) on bf16 randn data, called as a user calls it, and all of them are timed in one process
-by `workbook.timing.compare`: interleaved rounds (the order rotating), in each round every contender gets
---calls synchronised calls (the latency a user sees, the seeds' method) and --calls calls back to back between
-two events (kernel time, no host sync), each after one untimed settling call. Every time in a row is per Lloyd
-iteration: a call's time divided by --iters (the loops run back to back inside a call). Each row carries its
-ratio to ``ours/assign`` (so every ratio reads "x the assignment kernel"; issue 19 asks for lloyd <= 1.15x assign
-at 1M x 128 x 4096) and its ratio to flashlib's loop (``ratio_flashlib``), each the median over rounds of the
-per-round ratio with a bootstrap 95 % interval, and the 95 % interval of its own median (ms_lo, ms_hi).
+Every contender runs a whole loop of --iters Lloyd iterations from the same initial centroids (K rows of x, drawn
+with a fixed seed) on bf16 randn data, called as a user calls it, and all of them are timed in one process by
+`workbook.timing.compare`: interleaved rounds (the order rotating), in each round every contender gets --calls
+synchronised calls (the latency a user sees, the seeds' method) and --calls calls back to back between two events
+(kernel time, no host sync), each after one untimed settling call; a contender that reads a value back inside its
+call (fit reads max|x| for its scale and checks for points with no centroid) waits for the GPU there in both
+timings. Every time in a row is per Lloyd iteration: a call's time divided by --iters (the loops run back to back
+inside a call). Each row carries its ratio to ``ours/assign`` (so every ratio reads "x the assignment kernel";
+issue 19 asks for lloyd <= 1.15x assign at 1M x 128 x 4096) and its ratio to flashlib's loop (``ratio_flashlib``),
+each the median over rounds of the per-round ratio with a bootstrap 95 % interval, and the 95 % interval of its own
+median (ms_lo, ms_hi).
 
 GPU time, estimated from the per-iteration times in data/measured/h200/kmeans_fit.csv (the 13-shape run): summed
 over the shapes, one iteration of every contender takes about 0.35 s (ours/fit 34 ms, flashlib 25, ours/lloyd 21,
