@@ -1,14 +1,33 @@
 """Time `kmeans_kernels.fit` per Lloyd iteration against flashlib 0.4.0's k-means loop and a plain torch loop.
 
     python -m kmeans_kernels.lloyd_bench                  # the 13 seed shapes (1M x 128 x 4096 among them)
-    python -m kmeans_kernels.lloyd_bench --quick          # 1M x 128 x 4096 and 65536 x 128 x 4096, fewer calls
+    python -m kmeans_kernels.lloyd_bench --quick          # 1M x 128 x 4096 and 65536 x 128 x 4096, fewer rounds
     python -m kmeans_kernels.lloyd_bench --shapes 1048576,128,4096 --kernels ours,flashlib --no-record
     python -m kmeans_kernels.lloyd_bench --shapes 1048576,128,4096 --kernels ours     # issue 19's lloyd/assign
 
-Every contender runs a whole loop of --iters Lloyd iterations from the same initial centroids (K rows of x,
-drawn with a fixed seed) on bf16 randn data, called as a user calls it; a sample is one call's time (CUDA
-events, synchronised, the contenders taking turns: workbook.timing.bench_interleaved) divided by --iters,
-so the loops run back to back inside a call:
+Every contender runs a whole loop of --iters Lloyd iterations from the same initial centroids (K rows of x, drawn
+with a fixed seed) on bf16 randn data, called as a user calls it, and all of them are timed in one process by
+`workbook.timing.compare`: interleaved rounds (the order rotating), in each round every contender gets --calls
+synchronised calls (the latency a user sees, the seeds' method) and --calls calls back to back between two events
+(kernel time, no host sync), each after one untimed settling call; a contender that reads a value back inside its
+call (fit reads max|x| for its scale and checks for points with no centroid) waits for the GPU there in both
+timings. Every time in a row is per Lloyd iteration: a call's time divided by --iters (the loops run back to back
+inside a call). Each row carries its ratio to ``ours/assign`` (so every ratio reads "x the assignment kernel";
+issue 19 asks for lloyd <= 1.15x assign at 1M x 128 x 4096) and its ratio to flashlib's loop (``ratio_flashlib``),
+each the median over rounds of the per-round ratio with a bootstrap 95 % interval, and the 95 % interval of its own
+median (ms_lo, ms_hi).
+
+GPU time, estimated from the per-iteration times in data/measured/h200/kmeans_fit.csv (the 13-shape run): summed
+over the shapes, one iteration of every contender takes about 0.35 s (ours/fit 34 ms, flashlib 25, ours/lloyd 21,
+ours/lloyd_index_add 23, ours/lloyd_eager about as much, ours/assign 13, ours/sums 3; torch/loop about 16x the
+assignment, 0.21 s, the largest part). Each contender makes 2 warm-up calls, 2 match-rate calls of one iteration
+and rounds x 2 x (calls + 1) timed and settling calls of --iters iterations: with the defaults (10 rounds of 1
+call, 5 iterations) 42 calls, about 75 s of loops over the 13 shapes. On top: compiling our kernels (three D),
+flashlib's autotune of its CuTe assignment on its first call at D = 256, K >= 4096 (4 shapes, ~18 s each), the
+CUDA-graph captures and the inputs: about 3 minutes in all. --quick (2 shapes, 6 rounds): under a minute.
+--kernels ours,flashlib drops the torch loop and 60 % of the timed work.
+
+Contenders:
 
 * ``ours/fit``: ``fit(x, K, iters=n, tol=None, init=c0)``, everything a user pays: its one-off setup (the
   input checks, the fixed-point scale, the data mean and spread: a few passes over x) and the closing
@@ -34,17 +53,23 @@ so the loops run back to back inside a call:
 
 match_rate: for each contender, one iteration from c0, the fraction of the first 2048 rows whose id equals
 ``kmeans_kernels.reference.assign`` of those rows to the centroids that iteration assigned to (c0, or for
-``ours/fit`` the centroids it returns). Rows go to data/measured/<gpu>/kmeans_fit.csv, shape by shape.
+``ours/fit`` the centroids it returns). Rows go to data/measured/<gpu>/kmeans_fit.csv, shape by shape, one per
+contender and timing. Rows recorded before the table had a ``timing`` column were timed by synchronised calls
+alone (`workbook.timing.bench_interleaved`, no interval): `summary` reads them as latency.
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 
+import numpy as np
+import pandas as pd
 import torch
 
 import kmeans_kernels
 from kmeans_kernels import bench, reference
+from kmeans_kernels import lloyd as _fit
 from workbook import gpus, records, timing
 
 TABLE = "kmeans_fit"
@@ -52,7 +77,16 @@ SEEDS = (17, 29)
 CHECK_ROWS = 2048
 QUICK_SHAPES = [(1048576, 128, 4096), (65536, 128, 4096)]
 KERNELS = ("ours", "flashlib", "torch")
-from kmeans_kernels import lloyd as _fit
+ASSIGN = ("ours", "assign")                 # the baseline of every ratio: the kernel alone
+FLASHLIB = ("flashlib", "flash_kmeans")
+ROUNDS, CALLS, WARMUP = 10, 1, 2            # the GPU-time estimate in the module docstring assumes these
+QUICK_ROUNDS = 6
+GOAL_SHAPE, GOAL_LLOYD = (1048576, 128, 4096), 1.15      # issue 19: lloyd <= 1.15x assign at this shape
+# summary's ratios: (column, numerator, denominator), each as the run recorded it where it can
+RATIOS = (("lloyd/assign", ("ours", "lloyd"), ASSIGN),
+          ("lloyd_eager/assign", ("ours", "lloyd_eager"), ASSIGN),
+          ("lloyd_index_add/assign", ("ours", "lloyd_index_add"), ASSIGN),
+          ("flashlib/lloyd", FLASHLIB, ("ours", "lloyd")))
 
 
 def input_sets(N: int, D: int, K: int):
@@ -173,35 +207,116 @@ def match_rate(fn, sets) -> float:
     return min(rates)
 
 
+def measure(fns, sets, iters: int, *, rounds: int = ROUNDS, calls: int = CALLS, warmup: int = WARMUP,
+            clock=None):
+    """One shape's rows: match rates first (the first calls also compile), then `timing.compare` of `fns` on
+    `sets`, against ours/assign (else the first contender), with flashlib's loop as a second reference.
+    Every ms column is per Lloyd iteration (a call's time / `iters`); ratios are unchanged by that.
+    `clock`: the host clock of `timing.compare`'s CPU path (CPU tensors only, to test this)."""
+    x, c0 = sets[0]
+    N, D, K = x.shape[0], x.shape[1], c0.shape[0]
+    rates = {name: match_rate(fn, sets) for name, fn in fns.items()}
+    baseline = ASSIGN if ASSIGN in fns else next(iter(fns))
+    cmp = timing.compare(fns, sets, baseline=baseline, rounds=rounds, calls=calls, warmup=warmup, clock=clock)
+    frame = cmp.frame({"N": N, "D": D, "K": K, "iters": iters}, also={"flashlib": FLASHLIB},
+                      flops=2.0 * N * D * K * iters, match_rate=rates)
+    for col in ("ms_median", "ms_min", "ms_max", "ms_lo", "ms_hi"):
+        frame[col] = frame[col] / iters
+    return frame
+
+
+def _with_timing(run):
+    """`run` with a timing on every row: rows from before the column existed were synchronised calls alone."""
+    run = run.copy()
+    run["timing"] = run["timing"].fillna(timing.LATENCY) if "timing" in run else timing.LATENCY
+    return run
+
+
+def _ratio(run, num, den):
+    """(value, lo, hi) per (N, D, K, timing) of `num`'s time over `den`'s: the recorded per-round ratio and its
+    interval where the run has one (den is the row's `vs`, or flashlib's loop), else the ratio of the medians
+    with no interval."""
+    key = ["N", "D", "K", "timing"]
+    name = {k: "/".join(k) for k in (num, den)}
+    rows = run[(run.kernel == num[0]) & (run.variant == num[1])].set_index(key)
+    other = run[(run.kernel == den[0]) & (run.variant == den[1])].set_index(key)
+    if rows.empty or other.empty:
+        return None
+    for prefix, ref in (("ratio", rows.get("vs")), ("ratio_flashlib", "/".join(FLASHLIB))):
+        if prefix in rows and rows[prefix].notna().all() and bool(np.all(ref == name[den])):
+            return pd.DataFrame({"value": rows[prefix], "lo": rows[f"{prefix}_lo"], "hi": rows[f"{prefix}_hi"]})
+    if num == FLASHLIB:                   # flashlib / ours: the inverse of ours' recorded ratio to flashlib
+        inv = _ratio(run, den, num)
+        if inv is not None and inv.lo.notna().all():
+            return pd.DataFrame({"value": 1 / inv.value, "lo": 1 / inv.hi, "hi": 1 / inv.lo})
+    value = rows.ms_median / other.ms_median
+    return pd.DataFrame({"value": value, "lo": float("nan"), "hi": float("nan")}).dropna(subset=["value"])
+
+
 def summary(df):
-    """One row per shape of the newest run in `df` (records.read(gpu, TABLE)) that timed ours/fit: ms per Lloyd
-    iteration of each contender, lloyd/assign (the loop's cost over the kernel's; issue 19 asks for <= 1.15 at
-    1M x 128 x 4096), the same for the eager launches and for the index_add update where they were timed, and
-    flashlib/lloyd (> 1: ours is faster). Empty if no run did."""
-    import pandas as pd
+    """One row per shape and timing of the newest run in `df` (records.read(gpu, TABLE)) that timed ours/fit: ms
+    per Lloyd iteration of each contender, lloyd/assign (the loop's cost over the kernel's; issue 19 asks for
+    <= 1.15 at 1M x 128 x 4096), the same for the eager launches and for the index_add update where they were
+    timed, and flashlib/lloyd (> 1: ours is faster), each with its 95 % interval (`<ratio> lo`, `<ratio> hi`)
+    where the run recorded one. A run from before the table had a timing column has one row per shape, its
+    timing "latency", and no intervals. Empty if no run timed ours/fit."""
     run = records.last_run(df, [("ours", "fit")])
     if run.empty:
         return pd.DataFrame()
-    table = run.pivot_table(index=["N", "D", "K"], columns=["kernel", "variant"], values="ms_median")
+    run = _with_timing(run)
+    table = run.pivot_table(index=["N", "D", "K", "timing"], columns=["kernel", "variant"], values="ms_median")
     table.columns = [f"{k}/{v} ms" for k, v in table.columns]
-    if {"ours/lloyd ms", "ours/assign ms"} <= set(table.columns):
-        table["lloyd/assign"] = table["ours/lloyd ms"] / table["ours/assign ms"]
-    if {"ours/lloyd_eager ms", "ours/assign ms"} <= set(table.columns):
-        table["lloyd_eager/assign"] = table["ours/lloyd_eager ms"] / table["ours/assign ms"]
-    if {"ours/lloyd_index_add ms", "ours/assign ms"} <= set(table.columns):
-        table["lloyd_index_add/assign"] = table["ours/lloyd_index_add ms"] / table["ours/assign ms"]
-    if {"ours/lloyd ms", "flashlib/flash_kmeans ms"} <= set(table.columns):
-        table["flashlib/lloyd"] = table["flashlib/flash_kmeans ms"] / table["ours/lloyd ms"]
+    for column, num, den in RATIOS:
+        r = _ratio(run, num, den)
+        if r is None:
+            continue
+        table[column] = r.value
+        if r.lo.notna().any():
+            table[f"{column} lo"], table[f"{column} hi"] = r.lo, r.hi
     return table.reset_index()
+
+
+def _cell(row, column: str) -> str:
+    if column not in row or row[column] != row[column]:
+        return ""
+    if f"{column} lo" in row and row[f"{column} lo"] == row[f"{column} lo"]:
+        return f"{row[column]:.3f} [{row[f'{column} lo']:.3f}, {row[f'{column} hi']:.3f}]"
+    return f"{row[column]:.3f}"
+
+
+def goals(table):
+    """Issue 19's goals per timing, from `summary`'s table: lloyd/assign at GOAL_SHAPE (with its interval where
+    recorded) against GOAL_LLOYD, and on how many shapes ours/lloyd is faster than flashlib's loop, slower, or
+    cannot be told apart (interval straddling 1). Without intervals (an old run) a shape is faster or slower by
+    its medians alone, and `by interval` says False."""
+    rows = []
+    for t, part in table.groupby("timing", sort=False):
+        row = {"timing": t, "shapes": len(part)}
+        big = part[(part.N == GOAL_SHAPE[0]) & (part.D == GOAL_SHAPE[1]) & (part.K == GOAL_SHAPE[2])]
+        if not big.empty and "lloyd/assign" in part:
+            row["lloyd/assign at 1M x 128 x 4096"] = _cell(big.iloc[0], "lloyd/assign")
+            hi = big.iloc[0].get("lloyd/assign hi", big.iloc[0]["lloyd/assign"])
+            row[f"<= {GOAL_LLOYD}x, whole interval"] = bool(hi <= GOAL_LLOYD)
+        if "flashlib/lloyd" in part:
+            fl = part["flashlib/lloyd"]
+            by_interval = "flashlib/lloyd lo" in part and part["flashlib/lloyd lo"].notna().all()
+            lo, hi = (part["flashlib/lloyd lo"], part["flashlib/lloyd hi"]) if by_interval else (fl, fl)
+            row.update({"faster than flashlib's loop": int((lo > 1).sum()), "slower": int((hi < 1).sum()),
+                        "noise": int(((lo <= 1) & (hi >= 1)).sum()) if by_interval else 0,
+                        "by interval": bool(by_interval)})
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("timing") if rows else pd.DataFrame()
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m kmeans_kernels.lloyd_bench", description=__doc__.split("\n\n")[0])
     ap.add_argument("--shapes", default=None, help="'N,D,K;...' (default: the 13 seed shapes)")
-    ap.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, 3 timed calls")
+    ap.add_argument("--quick", action="store_true", help=f"shapes {QUICK_SHAPES}, {QUICK_ROUNDS} rounds")
     ap.add_argument("--kernels", default=",".join(KERNELS), help="comma list of ours, flashlib, torch")
-    ap.add_argument("--iters", type=int, default=5, help="Lloyd iterations per timed call (default 5)")
-    ap.add_argument("--calls", type=int, default=5, help="timed calls per contender (default 5)")
+    ap.add_argument("--iters", type=int, default=5, help="Lloyd iterations per call (default 5)")
+    ap.add_argument("--rounds", type=int, default=None, help=f"interleaved rounds per shape (default {ROUNDS})")
+    ap.add_argument("--calls", type=int, default=CALLS,
+                    help=f"calls per contender, round and timing (default {CALLS})")
     ap.add_argument("--no-record", action="store_true", help="print only; append nothing to data/measured/")
     args = ap.parse_args(argv)
 
@@ -214,44 +329,44 @@ def main(argv=None) -> int:
     if kernels - set(KERNELS):
         raise SystemExit(f"unknown --kernels {sorted(kernels - set(KERNELS))}")
     shapes = QUICK_SHAPES if args.quick and not args.shapes else bench.parse_shapes(args.shapes)
-    calls = 3 if args.quick else args.calls
-    print(f"{gpus.describe(spec)}; {len(shapes)} shapes; {args.iters} Lloyd iterations per call, 2 warm-up + "
-          f"{calls} timed calls per contender, taking turns; ms per iteration", flush=True)
+    rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
+    print(f"{gpus.describe(spec)}; {len(shapes)} shapes; {args.iters} Lloyd iterations per call; {rounds} rounds "
+          f"of {args.calls} call(s) each way per contender, taking turns; ms per iteration", flush=True)
 
-    rows = []
+    start = time.time()
+    frames = []
     for N, D, K in shapes:
         sets = input_sets(N, D, K)
         fns = contenders(kernels, args.iters, sets)
-        times = timing.bench_interleaved(fns, sets, warmup=2, iters=calls)
-        shape_rows = []
-        for (kernel, variant), fn in fns.items():
-            t = times[kernel, variant]
-            med = t.ms_median / args.iters
-            shape_rows.append(dict(kernel=kernel, variant=variant, N=N, D=D, K=K, iters=args.iters,
-                                   ms_median=med, ms_min=t.ms_min / args.iters, ms_max=t.ms_max / args.iters,
-                                   tflops=2.0 * N * D * K / (med * 1e-3) / 1e12, match_rate=match_rate(fn, sets)))
-        by = {(r["kernel"], r["variant"]): r["ms_median"] for r in shape_rows}
-        cells = "  ".join(f"{k}/{v} {ms:.3f}" for (k, v), ms in by.items())
-        ratio = (f"   lloyd/assign {by['ours', 'lloyd'] / by['ours', 'assign']:.3f}x"
-                 f" (eager {by['ours', 'lloyd_eager'] / by['ours', 'assign']:.3f}x,"
-                 f" index_add update {by['ours', 'lloyd_index_add'] / by['ours', 'assign']:.3f}x)"
-                 if ("ours", "assign") in by else "")
-        if ("ours", "lloyd") in by and ("flashlib", "flash_kmeans") in by:
-            ratio += f"   flashlib/lloyd {by['flashlib', 'flash_kmeans'] / by['ours', 'lloyd']:.2f}x"
-        print(f"{N:>8} {D:>4} {K:>6}  {cells}{ratio}", flush=True)
+        frame = measure(fns, sets, args.iters, rounds=rounds, calls=args.calls)
         if not args.no_record:
-            records.append(spec.key, TABLE, shape_rows)
-        rows += shape_rows
+            records.append(spec.key, TABLE, frame)
+        kernel_ms = frame[frame.timing == timing.KERNEL]
+        cells = "  ".join(f"{r.kernel}/{r.variant} {r.ms_median:.3f}" for r in kernel_ms.itertuples())
+        print(f"{N:>8} {D:>4} {K:>6}  kernel ms: {cells}   ({time.time() - start:.0f} s)", flush=True)
+        frames.append(frame)
         del sets, fns
         torch.cuda.empty_cache()
 
-    print("\ngeometric mean over the shapes, ms per Lloyd iteration:")
-    for key in dict.fromkeys((r["kernel"], r["variant"]) for r in rows):
-        mine = [r for r in rows if (r["kernel"], r["variant"]) == key]
-        print(f"  {'/'.join(key):<24} {timing.geomean(r['ms_median'] for r in mine):.4f}   "
-              f"lowest match rate {min(r['match_rate'] for r in mine):.4f}")
+    run = pd.concat(frames, ignore_index=True).assign(date="this run")
+    table = summary(run)
+    print("\nper shape, ms per Lloyd iteration; ratios: median over rounds [95 % interval]")
+    ratio_cols = [c for c, _, _ in RATIOS if c in table]
+    print(f"{'N':>8} {'D':>4} {'K':>6} {'timing':<8}" + "".join(f"{c:>32}" for c in ratio_cols))
+    for _, row in table.iterrows():
+        print(f"{row.N:>8} {row.D:>4} {row.K:>6} {row.timing:<8}"
+              + "".join(f"{_cell(row, c):>32}" for c in ratio_cols))
+    print("\ngeometric mean over the shapes, ms per Lloyd iteration (kernel time / latency):")
+    for (kernel, variant), mine in run.groupby(["kernel", "variant"], sort=False):
+        ms = {t: timing.geomean(mine[mine.timing == t].ms_median) for t in timing.TIMINGS}
+        print(f"  {kernel + '/' + variant:<24} {ms[timing.KERNEL]:.4f} / {ms[timing.LATENCY]:.4f}   "
+              f"lowest match rate {mine.match_rate.min():.4f}")
+    if not table.empty:
+        print("\nissue 19's goals:")
+        print(goals(table).to_string())
     if not args.no_record:
         print(f"rows appended shape by shape to {records.path(spec.key, TABLE)}")
+    print(f"{time.time() - start:.0f} s")
     return 0
 
 

@@ -300,6 +300,16 @@ def test_lloyd_bench_without_a_gpu_says_where_the_rows_are(capsys):
     assert "kmeans_fit.csv" in capsys.readouterr().out
 
 
+@gpu
+@needs_cuda
+def test_lloyd_bench_tiny_run_on_the_gpu(capsys):
+    from kmeans_kernels import lloyd_bench
+    assert lloyd_bench.main(["--shapes", "65536,64,512", "--kernels", "ours,torch", "--iters", "2", "--rounds", "2",
+                             "--no-record"]) == 0
+    out = capsys.readouterr().out
+    assert "lloyd/assign" in out and "issue 19's goals" in out
+
+
 def test_lloyd_bench_torch_loop_is_lloyd():
     """The plain torch contender is a Lloyd loop: on separated data it finds fit's clusters and centroids."""
     from kmeans_kernels import lloyd_bench
@@ -326,19 +336,73 @@ def _rows(**over):
     return {**base, **over}
 
 
+# ms per call of each contender of `fake_lloyd_run` (5 iterations a call): lloyd 1.15x assign, flashlib 1.5x lloyd
+FAKE_CALL_MS = {("ours", "fit"): 10.0, ("ours", "lloyd"): 5.75, ("ours", "assign"): 5.0,
+                ("flashlib", "flash_kmeans"): 8.625}
+
+
+def fake_lloyd_run(iters=5, rounds=8, noise=0.0):
+    """lloyd_bench.measure's rows for contenders of known times on a fake clock: each call advances the clock by
+    its contender's time (times a seeded +-noise) and returns the reference's ids for its centroids."""
+    import random
+    from kmeans_kernels import lloyd_bench, reference
+    state = {"now": 0.0, "rng": random.Random(3)}
+    x, labels, centres = symmetric_blobs(4, 20, 16, seed=2)
+    sets = [(x, one_per_cluster(x, labels, 4))]
+
+    def contender(ms):
+        def call(x, c0, n=iters):
+            state["now"] += n / iters * ms * (1 + state["rng"].uniform(-noise, noise)) / 1e3
+            return reference.assign(x, c0.to(x.dtype)), c0
+        return call
+    fns = {name: contender(ms) for name, ms in FAKE_CALL_MS.items()}
+    return lloyd_bench.measure(fns, sets, iters, rounds=rounds, calls=2, warmup=1, clock=lambda: state["now"])
+
+
+def test_bench_rows_are_per_iteration_with_ratios_and_intervals():
+    frame = fake_lloyd_run(noise=0.01)
+    for col in ("timing", "ms_lo", "ms_hi", "vs", "ratio", "ratio_lo", "ratio_hi", "ratio_flashlib",
+                "ratio_flashlib_lo", "ratio_flashlib_hi", "iters", "rounds"):
+        assert col in frame, col
+    assert set(frame.timing) == {"kernel", "latency"} and set(frame.vs) == {"ours/assign"}
+    assert frame[["ratio", "ratio_lo", "ratio_hi", "ratio_flashlib", "ratio_flashlib_lo"]].notna().all().all()
+    lloyd = frame[frame.variant == "lloyd"].set_index("timing")
+    for t in ("kernel", "latency"):
+        assert lloyd.ms_median[t] == pytest.approx(5.75 / 5, rel=0.02)           # per iteration, not per call
+        assert lloyd.ms_lo[t] <= lloyd.ms_median[t] <= lloyd.ms_hi[t] < 5.75 / 5 * 1.02
+        assert lloyd.ratio[t] == pytest.approx(1.15, rel=0.02) and lloyd.ratio_lo[t] < 1.15 * 1.02
+        assert lloyd.ratio_flashlib[t] == pytest.approx(1 / 1.5, rel=0.02)
+    assert (frame.tflops > 0).all() and (frame.match_rate == 1.0).all()
+
+
 def test_bench_summary_and_scaling_tables():
     import pandas as pd
     from kmeans_kernels import lloyd_bench
-    df = pd.DataFrame([_rows(), _rows(variant="lloyd", ms_median=0.9), _rows(variant="assign", ms_median=0.75),
-                       _rows(variant="lloyd_eager", ms_median=1.125),
-                       _rows(variant="lloyd_index_add", ms_median=1.5),
-                       _rows(kernel="flashlib", variant="flash_kmeans", ms_median=1.8),
-                       _rows(variant="fit", ms_median=5.0, date="2026-11-01T00:00:00Z")])
-    t = lloyd_bench.summary(df)
-    assert len(t) == 1 and t["ours/fit ms"][0] == 1.0
+    old = pd.DataFrame([_rows(), _rows(variant="lloyd", ms_median=0.9), _rows(variant="assign", ms_median=0.75),
+                        _rows(variant="lloyd_eager", ms_median=1.125),
+                        _rows(variant="lloyd_index_add", ms_median=1.5),
+                        _rows(kernel="flashlib", variant="flash_kmeans", ms_median=1.8),
+                        _rows(variant="fit", ms_median=5.0, date="2026-11-01T00:00:00Z")])
+    t = lloyd_bench.summary(old)                      # rows from before the timing column: latency, no interval
+    assert len(t) == 1 and t["ours/fit ms"][0] == 1.0 and t["timing"][0] == "latency"
     assert t["lloyd/assign"][0] == pytest.approx(1.2) and t["flashlib/lloyd"][0] == pytest.approx(2.0)
     assert t["lloyd_index_add/assign"][0] == pytest.approx(2.0) and t["lloyd_eager/assign"][0] == pytest.approx(1.5)
-    assert lloyd_bench.summary(df.iloc[0:0]).empty
+    assert "lloyd/assign lo" not in t
+    assert lloyd_bench.summary(old.iloc[0:0]).empty
+
+    new = fake_lloyd_run(noise=0.02).assign(date="2026-12-02T00:00:00Z")
+    both = pd.concat([old, new], ignore_index=True)       # the table as read: the old rows' timing is blank
+    t = lloyd_bench.summary(both).set_index("timing")     # the newest run, both timings, with intervals
+    assert sorted(t.index) == ["kernel", "latency"] and t["ours/fit ms"].tolist() == pytest.approx([2.0, 2.0], rel=0.03)
+    for t_ in ("kernel", "latency"):
+        assert t.loc[t_, "lloyd/assign"] == pytest.approx(1.15, rel=0.03)
+        assert t.loc[t_, "lloyd/assign lo"] <= t.loc[t_, "lloyd/assign"] <= t.loc[t_, "lloyd/assign hi"]
+        assert t.loc[t_, "flashlib/lloyd"] == pytest.approx(1.5, rel=0.03)
+        assert t.loc[t_, "flashlib/lloyd lo"] <= t.loc[t_, "flashlib/lloyd"] <= t.loc[t_, "flashlib/lloyd hi"]
+    assert "lloyd_eager/assign" not in t                  # not timed in that run
+    older = both.assign(date=both.date.where(both.date != "2026-12-02T00:00:00Z", "2026-10-01T00:00:00Z"))
+    assert lloyd_bench.summary(older)["timing"].tolist() == ["latency"]   # the newest run is the old one again
+
     dd = pd.DataFrame([_rows(variant="fit_single", N=2_000_000, world=1, ms_median=4.0, allreduce_share=0.0,
                              centroids_equal=1),
                        _rows(variant="fit_2ranks", N=2_000_000, world=2, ms_median=2.5, allreduce_share=0.1,
@@ -346,6 +410,29 @@ def test_bench_summary_and_scaling_tables():
     s = lloyd_distributed.scaling(dd)
     assert s["speedup"][0] == pytest.approx(1.6) and s["efficiency"][0] == pytest.approx(0.8) and s["equal"][0]
     assert lloyd_distributed.scaling(dd.iloc[0:0]).empty
+
+
+def test_bench_goals_count_shapes_by_interval():
+    import pandas as pd
+    from kmeans_kernels import lloyd_bench
+    big = dict(N=1048576, D=128, K=4096)
+    table = pd.DataFrame([
+        dict(**big, timing="kernel", **{"lloyd/assign": 1.12, "lloyd/assign lo": 1.10, "lloyd/assign hi": 1.16,
+                                        "flashlib/lloyd": 1.3, "flashlib/lloyd lo": 1.2, "flashlib/lloyd hi": 1.4}),
+        dict(N=65536, D=64, K=512, timing="kernel", **{"lloyd/assign": 3.0, "lloyd/assign lo": 2.9,
+                                                       "lloyd/assign hi": 3.1, "flashlib/lloyd": 0.98,
+                                                       "flashlib/lloyd lo": 0.95, "flashlib/lloyd hi": 1.01}),
+        dict(N=65536, D=64, K=4096, timing="kernel", **{"lloyd/assign": 3.0, "lloyd/assign lo": 2.9,
+                                                        "lloyd/assign hi": 3.1, "flashlib/lloyd": 0.7,
+                                                        "flashlib/lloyd lo": 0.6, "flashlib/lloyd hi": 0.8})])
+    g = lloyd_bench.goals(table).loc["kernel"]
+    assert g["lloyd/assign at 1M x 128 x 4096"] == "1.120 [1.100, 1.160]"
+    assert not g["<= 1.15x, whole interval"]                      # 1.12, but the interval reaches 1.16
+    assert (g["faster than flashlib's loop"], g["slower"], g["noise"], g["shapes"]) == (1, 1, 1, 3)
+    old = table.drop(columns=[c for c in table if c.endswith((" lo", " hi"))]).assign(timing="latency")
+    g = lloyd_bench.goals(old).loc["latency"]
+    assert g["<= 1.15x, whole interval"] and not g["by interval"]
+    assert (g["faster than flashlib's loop"], g["slower"], g["noise"]) == (1, 2, 0)
 
 
 def test_fixed_point_precision_is_as_documented():
@@ -363,23 +450,37 @@ def test_fixed_point_precision_is_as_documented():
     assert int(q[2, 0]) == 0
 
 
-def test_lloyd_bench_contenders_run_on_the_cpu_path():
-    """The bench's own loops (all but the CUDA-only kernel call), through the harness's CPU clock."""
-    from kmeans_kernels import lloyd_bench
-    from workbook import timing
+def test_lloyd_bench_contenders_run_on_the_cpu_path(tmp_path, monkeypatch):
+    """The bench's own loops (all but the CUDA-only kernel call, stood in for by the reference), timed by
+    lloyd_bench.measure through the harness's CPU clock, and its rows go into the recorded table as it is."""
+    import shutil
+    from kmeans_kernels import lloyd_bench, reference
+    from workbook import records, timing
     x, labels, centres = symmetric_blobs(8, 40, 32, seed=9)
     sets = [(x, one_per_cluster(x, labels, 8))]
     fns = lloyd_bench.contenders({"ours", "torch"}, 3, sets)
     assert set(fns) == {("ours", "fit"), ("ours", "lloyd"), ("ours", "lloyd_eager"), ("ours", "lloyd_index_add"),
                         ("ours", "sums"), ("ours", "assign"), ("torch", "loop")}
-    del fns["ours", "assign"]
-    times = timing.bench_interleaved(fns, sets, warmup=1, iters=2)
-    assert all(t.clock == timing.PERF_COUNTER and len(t.samples) == 2 for t in times.values())
+    fns["ours", "assign"] = lambda x, c0, n=3: (reference.assign(x, c0.to(x.dtype)), c0)
+    fns["flashlib", "flash_kmeans"] = fns["torch", "loop"]           # a second reference, as flashlib's loop
+    frame = lloyd_bench.measure(fns, sets, 3, rounds=2, calls=1, warmup=1)
+    assert len(frame) == 2 * len(fns) and set(frame.timing) == set(timing.TIMINGS)
+    assert frame[["ratio", "ratio_lo", "ratio_hi", "ratio_flashlib", "ratio_flashlib_lo",
+                  "ratio_flashlib_hi"]].notna().all().all()
+    assert (frame.match_rate == 1.0).all() and (frame.ms_lo <= frame.ms_hi).all()
     for key, fn in fns.items():
-        assert lloyd_bench.match_rate(fn, sets) == 1.0
         ids, used = fn(*sets[0], n=3)
-        # the sums alone move no centroid: they return the ids of c0 and c0
-        assert torch.equal(ids.long(), labels) and torch.equal(used, sets[0][1] if key == ("ours", "sums") else centres)
+        # the sums alone move no centroid: they return the ids of c0 and c0; so does the stand-in assignment
+        moved = key not in (("ours", "sums"), ("ours", "assign"))
+        assert torch.equal(ids.long(), labels) and torch.equal(used, centres if moved else sets[0][1])
+    # the committed table takes these rows (its header has every column the bench writes)
+    monkeypatch.setattr(records, "_static_provenance", lambda: (("gpu", "NVIDIA H200"), ("sm_count", 132),
+                                                                 ("driver", ""), ("torch", ""), ("cutlass_dsl", "")))
+    (tmp_path / "h200").mkdir()
+    shutil.copy(records.path("h200", lloyd_bench.TABLE), tmp_path / "h200")
+    records.append("h200", lloyd_bench.TABLE, frame, root=tmp_path)
+    back = lloyd_bench.summary(records.read("h200", lloyd_bench.TABLE, root=tmp_path))
+    assert len(back) == 2 and "lloyd/assign lo" in back and "flashlib/lloyd hi" in back
 
 
 def test_kmeans_plus_plus_picks_in_proportion_to_squared_distance():
