@@ -384,3 +384,17 @@ def test_a_captured_graph_replays_through_the_driver_calls():
     launch.graph_destroy(graph)
     with pytest.raises(RuntimeError, match="cuGraphLaunch failed"):
         launch.graph_launch(0, s.cuda_stream)
+
+
+def test_eviction_goes_by_last_use_and_the_counts_say_what_each_call_was(fake_graphs):
+    """Least recently used first, for argument sets and for graphs: a set in steady use keeps its graph while
+    sets seen once come and go (a benchmark rotating input sets beside a caller's fresh outputs)."""
+    fake = FakeCompiled()
+    cache = launch.LaunchCache(fake, size=3, max_graphs=2, graphs=True)
+    for key in ("a", "a", "b", "b", "a", "c", "c"):
+        cache(key, lambda s, key=key: (key, s), stream=0)
+    assert fake_graphs["destroyed"] == ["graph1"]           # b's graph went, not a's (used after b)
+    assert cache._entries["a", 0].graph == "graph0"
+    cache("d", lambda s: ("d", s), stream=0)                 # a fourth set: evicts b, the least recently used
+    assert [k for k, _ in cache._entries] == ["a", "c", "d"]
+    assert cache.counts == {"first": 4, "captured": 3, "replayed": 4, "direct": 0}
