@@ -110,7 +110,7 @@ def _launches(cfg: Config, device: int) -> launch.LaunchCache:
     dummy = _args(cfg, 16, 16, 16, 16, 16, 16, 16, 1, ALIGN, ALIGN, 1, 1, make_fake_stream())
     with launch.on_device(device):
         compiled = cute.compile(HopperGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}")
-    return launch.LaunchCache(compiled, device=device)
+    return launch.LaunchCache(compiled, device=device, pointers=7)   # a, b, c, work, counter, partials, trace
 
 
 def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch: str = ARCH, dump_dir=None,

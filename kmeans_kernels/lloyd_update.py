@@ -178,7 +178,7 @@ def _launches(D: int, dtype: torch.dtype, arch: str, device: int) -> launch.Laun
     """The compiled kernel for (D, dtype) on one device, compiled on first use with that device current."""
     with launch.on_device(device):
         compiled = cute.compile(ClusterSums(D, _DTYPES[dtype]), *_placeholder_args(dtype), options=f"--gpu-arch {arch}")
-    return launch.LaunchCache(compiled, device=device)
+    return launch.LaunchCache(compiled, device=device, pointers=5)   # x, ids, order, sums, counts
 
 
 def check_inputs(x, sorted_ids, order, sums, counts) -> None:

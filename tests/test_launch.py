@@ -2,6 +2,9 @@
 captured into a graph only once it repeats, never captured while the caller's stream is capturing, launched
 with the cache's device current, kept alive while cached and released when evicted; a failed capture falls back
 to direct launches. The driver and device calls are stood in for, so all of this runs on a CPU."""
+import ctypes
+
+import cuda.bindings.driver as cuda
 import pytest
 import torch
 
@@ -95,7 +98,7 @@ def test_entry_keeps_its_arguments_alive(capturing):
     cache = launch.LaunchCache(fake, graphs=False)
     made = []
     cache("k", lambda s: made.append(object()) or (made[-1],), stream=0)
-    entry = cache._entries["k", 0]
+    entry = cache._templates["k", 0]
     assert entry.args == (made[0],) and entry.adapted   # the arguments and the adapted objects are held
 
 
@@ -142,32 +145,33 @@ def test_graphs_are_bounded_and_evicted_ones_destroyed(fake_graphs):
             cache(key, lambda s, key=key: (key, s), stream=0)
     assert cache.graph_count == 2 and len(cache) == 3
     assert fake_graphs["destroyed"] == ["graph0"]
-    assert cache._entries["a", 0].graph is None
+    assert ("a", 0) not in cache._graphed and ("a", 0) in cache._seen
     cache("a", lambda s: ("a", s), stream=0)
     assert fake_graphs["captured"] == [0, 1, 2, 3] and fake_graphs["destroyed"] == ["graph0", "graph1"]
 
 
 def test_no_graph_is_destroyed_inside_a_callers_capture(fake_graphs, capturing):
-    """Evicting an argument set that holds a graph while the caller captures must not destroy that graph then
-    (cuGraphExecDestroy invalidates the caller's capture): it goes at the next eviction outside the capture."""
+    """Argument sets that repeat while the caller captures are launched into the caller's graph, never captured
+    by us, so no graph of ours is evicted (cuGraphExecDestroy would invalidate the caller's capture) until the
+    capture is over."""
     fake = FakeCompiled()
-    cache = launch.LaunchCache(fake, size=2, graphs=True)
-    for key in ("a", "a", "b"):                      # "a" repeats: it holds graph0
+    cache = launch.LaunchCache(fake, size=2, max_graphs=1, graphs=True)
+    for key in ("a", "a"):                           # "a" repeats: it holds graph0
         cache(key, lambda s, key=key: (key, s), stream=5)
     capturing.add(5)
-    cache("c", lambda s: ("c", s), stream=5)         # evicts "a" inside the capture
-    assert fake_graphs["destroyed"] == []
+    for key in ("c", "c", "d", "d"):
+        cache(key, lambda s, key=key: (key, s), stream=5)
+    assert fake_graphs["destroyed"] == [] and cache.counts["direct"] == 2
     capturing.discard(5)
-    cache("d", lambda s: ("d", s), stream=5)         # outside it: the retired graph goes now
+    cache("d", lambda s: ("d", s), stream=5)         # outside it: d is captured, a's graph goes
     assert fake_graphs["destroyed"] == ["graph0"]
 
 
-def test_evicted_argument_sets_release_their_graphs(fake_graphs):
-    cache = launch.LaunchCache(FakeCompiled(), size=1, graphs=True)
-    cache("a", lambda s: (s,), stream=0)
-    cache("a", lambda s: (s,), stream=0)
-    cache("b", lambda s: (s,), stream=0)
-    assert fake_graphs["destroyed"] == ["graph0"] and cache.graph_count == 0
+def test_graphs_beyond_the_bound_are_released(fake_graphs):
+    cache = launch.LaunchCache(FakeCompiled(), size=1, max_graphs=1, graphs=True)
+    for key in ("a", "a", "b", "b"):
+        cache(key, lambda s, key=key: (key, s), stream=0)
+    assert fake_graphs["destroyed"] == ["graph0"] and cache.graph_count == 1
 
 
 def test_failed_capture_warns_once_and_launches_directly(monkeypatch, capturing):
@@ -364,8 +368,8 @@ def test_gemm_step_launches_are_keyed_by_device_and_launch_there(devices, fake_g
 @pytest.mark.gpu
 @needs_cuda
 def test_a_captured_graph_replays_through_the_driver_calls():
-    """capture_graph / graph_launch / graph_destroy, the ctypes path of every repeat: the replay does the captured
-    work on the stream it is launched on, once per launch, and an error from the driver is raised."""
+    """capture_graph / graph_launch / graph_destroy: the replay does the captured work on the stream it is
+    launched on, once per launch, and an error from the driver is raised."""
     x = torch.zeros(4, device="cuda")
 
     def enqueue(stream):
@@ -373,7 +377,6 @@ def test_a_captured_graph_replays_through_the_driver_calls():
             x.add_(1)
 
     graph = launch.capture_graph(enqueue)
-    assert isinstance(graph, int) and graph
     torch.cuda.synchronize()
     assert x.tolist() == [0.0] * 4                 # capturing ran nothing
     s = torch.cuda.Stream()
@@ -383,7 +386,7 @@ def test_a_captured_graph_replays_through_the_driver_calls():
     assert x.tolist() == [3.0] * 4
     launch.graph_destroy(graph)
     with pytest.raises(RuntimeError, match="cuGraphLaunch failed"):
-        launch.graph_launch(0, s.cuda_stream)
+        launch.graph_launch(cuda.CUgraphExec(), s.cuda_stream)
 
 
 def test_eviction_goes_by_last_use_and_the_counts_say_what_each_call_was(fake_graphs):
@@ -394,7 +397,51 @@ def test_eviction_goes_by_last_use_and_the_counts_say_what_each_call_was(fake_gr
     for key in ("a", "a", "b", "b", "a", "c", "c"):
         cache(key, lambda s, key=key: (key, s), stream=0)
     assert fake_graphs["destroyed"] == ["graph1"]           # b's graph went, not a's (used after b)
-    assert cache._entries["a", 0].graph == "graph0"
-    cache("d", lambda s: ("d", s), stream=0)                 # a fourth set: evicts b, the least recently used
-    assert [k for k, _ in cache._entries] == ["a", "c", "d"]
+    assert cache._graphed["a", 0] == "graph0"
+    cache("d", lambda s: ("d", s), stream=0)
+    assert list(cache._seen) == [("b", 0), ("d", 0)]        # b is remembered: captured again if it repeats
     assert cache.counts == {"first": 4, "captured": 3, "replayed": 4, "direct": 0}
+
+
+class FakePointer:
+    """A CuTe DSL pointer argument as the launch cache sees it: its address in a ctypes c_void_p."""
+
+    def __init__(self, address):
+        self._desc = ctypes.c_void_p(address)
+
+
+class FakeMarshalling(FakeCompiled):
+    """Marshals a pointer as the address of its c_void_p, as CuTe DSL does; a launch reads the addresses
+    there, so a patched template launches with the new ones."""
+
+    def generate_execution_args(self, *args):
+        self.marshalled.append(args)
+        return [ctypes.addressof(a._desc) if isinstance(a, FakePointer) else a for a in args], [object()]
+
+    def run_compiled_program(self, exe_args):
+        self.launched.append(tuple(ctypes.c_void_p.from_address(v).value if isinstance(v, int) else v
+                                   for v in exe_args))
+
+
+def test_a_new_pointer_set_is_a_patched_template_not_a_new_marshalling(capturing):
+    fake = FakeMarshalling()
+    cache = launch.LaunchCache(fake, graphs=False, pointers=2)
+
+    def make(a, b, m):
+        return lambda s: (FakePointer(a), FakePointer(b), f"M={m}", f"s{s}")
+
+    for a, b, m in [(0x100, 0x200, 8), (0x300, 0x400, 8), (0x100, 0x200, 8), (0x500, 0x600, 16)]:
+        cache((a, b, m), make(a, b, m), stream=3)
+    assert len(fake.marshalled) == 2                  # one template per size (M) and stream
+    assert fake.launched == [(0x100, 0x200, "M=8", "s3"), (0x300, 0x400, "M=8", "s3"),
+                             (0x100, 0x200, "M=8", "s3"), (0x500, 0x600, "M=16", "s3")]
+    assert cache.counts == {"first": 3, "captured": 0, "replayed": 0, "direct": 1}
+
+
+def test_arguments_that_cannot_be_patched_are_marshalled_per_set(capturing):
+    fake = FakeCompiled()                             # its pointers are plain values: no c_void_p to patch
+    cache = launch.LaunchCache(fake, graphs=False, pointers=1)
+    for a in (1, 2, 1):
+        cache((a, 8), lambda s, a=a: (a, 8, s), stream=0)
+    assert fake.marshalled == [(1, 8, 0), (2, 8, 0), (1, 8, 0)]
+    assert fake.launched == ["exe(1, 8, 0)", "exe(2, 8, 0)", "exe(1, 8, 0)"]

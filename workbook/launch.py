@@ -1,30 +1,32 @@
-"""Launching a compiled CuTe DSL function with little host time: marshal each argument set once, replay it.
+"""Launching a compiled CuTe DSL function with little host time: marshal arguments once, patch them, replay them.
 
-    launches = LaunchCache(compiled, device=0)       # one per compiled function and device
-    launches(key, lambda s: (ptr_a, ptr_b, Int32(M), CUstream(s)), stream)
-        # key: every value the arguments encode except the stream; make_args builds them for stream handle s
+    launches = LaunchCache(compiled, device=0, pointers=2)     # one per compiled function and device
+    launches((addr_a, addr_b, M), lambda s: (ptr_a, ptr_b, Int32(M), CUstream(s)), stream)
+        # key: every value the arguments encode except the stream, its first `pointers` entries the addresses
+        # of the first pointer arguments, in order; make_args builds the arguments for stream handle s
 
 Why it matters. A per-call synchronised timing (`workbook.timing.bench`) synchronises after every call, so
 everything the host does between the start event and the launch is inside the measured latency. On the H200 a
 call of the compiled function cost 26-29 us of host time, 11-12 us of which is the compiled host code itself
 (TMA descriptor encodes and `cuLaunchKernelEx`); the rest is Python turning pointers and Int32s into ctypes
-(`generate_execution_args`). Our own wrappers added another 50-60 us (`make_ptr`, `cutlass.Int32`,
-`torch.cuda.current_stream`), so a 40 us kernel was timed at 80-90 us, and a large matrix product that matched
-the vendor library back to back lost 20 % to it in the synchronised timing (`notes/perf-log.md`).
+(`generate_execution_args`). Building the arguments (`make_ptr`, `cutlass.Int32`) costs as much again, so a
+first sighting of an argument set cost ~80 us where a CUDA graph replay costs a few (`notes/perf-log.md`).
 
 What a call does, per argument set (keyed by the values it encodes and the stream):
-  * first sighting: marshal the arguments and launch directly. A first call costs what a plain launch costs,
-    so code that brings new tensors at every step (training, a Lloyd loop) pays nothing for the cache;
-  * a repeat: the marshalled arguments are reused (the compiled host code still encodes the TMA descriptors,
-    about 10 us); with `graphs=True` (the default) that launch is also captured once into a CUDA graph (on a
-    side stream, relaxed mode) and replayed from then on with `cuGraphLaunch`, one driver call. The graph holds
-    the kernel's parameters by value, so equal keys must mean equal arguments. A graph is replayed in order
-    with its own earlier launches, so one argument set launched on two streams does not run concurrently;
+  * first sighting: launch directly from a marshalled *template*, one per stream and per value of the key's
+    part after the pointers (the sizes): the template's pointer fields are overwritten in place with this
+    key's addresses (a ctypes store each), so a new tensor at every call (a fresh output, a Lloyd loop, a
+    training step) costs the compiled host code and no marshalling. With `pointers=0` every key has its own
+    template (marshalled once per key);
+  * a repeat: captured once into a CUDA graph (on a side stream, relaxed mode) and replayed from then on with
+    `cuGraphLaunch`, one driver call (with `graphs=False`: launched from the template). The graph holds the
+    kernel's parameters by value, so equal keys must mean equal arguments. A graph is replayed in order with
+    its own earlier launches, so one argument set launched on two streams does not run concurrently;
   * while the stream is capturing (the caller's `torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`):
-    launch directly, so that the kernel becomes a node of the caller's graph. Starting a capture of our own
-    then would invalidate theirs.
-What it keeps: the last `size` argument sets marshalled (host memory: ctypes values and integer addresses,
-never a tensor), of which at most `max_graphs` hold an executable graph (device memory); the oldest goes first.
+    launch from the template, so that the kernel becomes a node of the caller's graph. Starting a capture of
+    our own then would invalidate theirs.
+What it keeps: the last `size` keys seen and templates (host memory: ctypes values and integer addresses, never
+a tensor) and at most `max_graphs` executable graphs (device memory); the least recently used goes first.
 Launches and captures run with the cache's `device` current, whatever the caller's current device is.
 If capture fails, the cache warns once and launches directly from then on; `WORKBOOK_LAUNCH_GRAPHS=0` turns
 graphs off.
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import functools
 import os
 import warnings
 from typing import Callable, Hashable, Sequence
@@ -45,83 +46,97 @@ GRAPHS = os.environ.get("WORKBOOK_LAUNCH_GRAPHS", "1") != "0"
 
 
 class LaunchCache:
-    """Calls of one compiled CuTe DSL function on one device, each argument set marshalled once, and captured
-    into a CUDA graph once it repeats."""
+    """Calls of one compiled CuTe DSL function on one device: direct launches from patched templates, and a
+    CUDA graph for each argument set that repeats."""
 
     def __init__(self, compiled, size: int = 64, graphs: bool | None = None, *, device: int | None = None,
-                 max_graphs: int = 16):
-        if size < 1 or max_graphs < 1:
-            raise ValueError(f"size and max_graphs must be >= 1, got {size} and {max_graphs}")
+                 max_graphs: int = 16, pointers: int = 0):
+        if size < 1 or max_graphs < 1 or pointers < 0:
+            raise ValueError(f"size and max_graphs must be >= 1 and pointers >= 0, got {size}, {max_graphs} and "
+                             f"{pointers}")
         self.compiled = compiled
         self.size = size
         self.max_graphs = max_graphs
+        self.pointers = pointers
         self.graphs = GRAPHS if graphs is None else graphs
         self.device = device
-        self._entries: dict[Hashable, _Launch] = {}   # least recently used first
-        self._graphed: dict[Hashable, None] = {}     # keys of the entries that hold a graph, least recently used first
-        # what the calls were: a first sighting (a plain launch), a capture, a replay, or a plain launch of a
-        # marshalled set (inside the caller's capture, or without graphs); a benchmark of many argument sets
-        # reads here whether it timed replays
+        # least recently used first, all three
+        self._seen: dict[Hashable, None] = {}          # (key, stream) launched once, no graph yet
+        self._graphed: dict[Hashable, object] = {}     # (key, stream) -> executable graph
+        self._templates: dict[Hashable, _Launch] = {}  # (key[pointers:], stream) -> marshalled arguments
+        # what the calls were: a direct launch of a first sighting, a capture, a replay, or a direct launch of a
+        # repeat (inside the caller's capture, or without graphs); a benchmark reads here what it timed
         self.counts = {"first": 0, "captured": 0, "replayed": 0, "direct": 0}
 
     def __call__(self, key: Hashable, make_args: Callable[[int], Sequence], stream: int) -> None:
         """Launch on `stream` (a raw handle) the call whose arguments `make_args(stream)` builds."""
         with on_device(self.device):
             full_key = (key, stream)
-            entry = self._entries.pop(full_key, None)
-            if entry is None:                      # first sighting: a plain launch, and remember it
-                self.counts["first"] += 1
-                self._add(full_key, _Launch(self.compiled, make_args(stream)), stream).launch()
-                return
-            self._entries[full_key] = entry        # now the most recently used
-            if is_capturing(stream):               # the caller's graph: our launch becomes one of its nodes
-                self.counts["direct"] += 1
-                entry.launch()
-                return
-            if entry.graph is None and self.graphs:
-                self.counts["captured"] += 1
-                self._capture(full_key, entry, make_args)   # a repeat: worth a graph
-            elif entry.graph is not None:
-                self._graphed[full_key] = self._graphed.pop(full_key)
-            if entry.graph is not None:
-                self.counts["replayed"] += 1
-                graph_launch(entry.graph, stream)
+            graph = self._graphed.pop(full_key, None)
+            if graph is not None:
+                self._graphed[full_key] = graph        # now the most recently used
+                seen = True
             else:
+                seen = full_key in self._seen
+                self._seen.pop(full_key, None)         # re-remembered below unless it now gets a graph
+            if not seen:
+                self.counts["first"] += 1
+                self._remember(full_key)
+                self._template(key, make_args, stream).launch()
+            elif is_capturing(stream) or not (self.graphs or graph is not None):
                 self.counts["direct"] += 1
-                entry.launch()
+                if graph is None:
+                    self._remember(full_key)
+                self._template(key, make_args, stream).launch()
+            else:
+                if graph is None:
+                    graph = self._capture(full_key, make_args)
+                if graph is None:                      # capture failed: graphs are off from now on
+                    self.counts["direct"] += 1
+                    self._remember(full_key)
+                    self._template(key, make_args, stream).launch()
+                else:
+                    self.counts["replayed"] += 1
+                    graph_launch(graph, stream)
 
-    def _add(self, full_key, entry: "_Launch", stream: int) -> "_Launch":
-        if len(self._entries) >= self.size:
-            oldest = next(iter(self._entries))
-            self._graphed.pop(oldest, None)
-            evicted = self._entries.pop(oldest)
-            if evicted.graph is not None and is_capturing(stream):
-                # destroying a graph inside the caller's capture invalidates that capture: later, outside it
-                _retired.append(evicted.graph)
-                evicted.graph = None
-            evicted.close()
-        if _retired and not is_capturing(stream):
-            while _retired:
-                graph_destroy(_retired.pop())
-        self._entries[full_key] = entry
-        return entry
+    def _remember(self, full_key) -> None:
+        self._seen[full_key] = None
+        if len(self._seen) > self.size:
+            del self._seen[next(iter(self._seen))]
 
-    def _capture(self, full_key, entry: "_Launch", make_args) -> None:
+    def _template(self, key, make_args, stream: int) -> "_Launch":
+        """The marshalled arguments for `key` on `stream`: a template of its sizes, its pointers patched."""
+        n = self.pointers
+        tkey = (key[n:] if n else key, stream)
+        found = self._templates.pop(tkey, None)
+        if found is not None and found.patch(key[:n] if n else ()):
+            self._templates[tkey] = found
+            return found
+        found = _Launch(self.compiled, make_args(stream), n)
+        self._templates[tkey] = found
+        if len(self._templates) > self.size:
+            del self._templates[next(iter(self._templates))]
+        return found
+
+    def _capture(self, full_key, make_args):
+        self.counts["captured"] += 1
         try:
             # captured on a side stream: the arguments (which carry the stream) are built for that one
-            entry.graph = capture_graph(lambda s: _Launch(self.compiled, make_args(s)).launch())
+            graph = capture_graph(lambda s: _Launch(self.compiled, make_args(s)).launch())
         except Exception as e:   # capture unsupported here: launch directly from now on
             warnings.warn(f"CUDA graph capture failed ({e}); launching without graphs", RuntimeWarning)
             self.graphs = False
-            return
-        self._graphed[full_key] = None
+            return None
+        self._graphed[full_key] = graph
         if len(self._graphed) > self.max_graphs:
+            # never inside the caller's capture (we capture only outside one), which a destroy would invalidate
             oldest = next(iter(self._graphed))
-            del self._graphed[oldest]
-            self._entries[oldest].close()           # back to a marshalled launch; captured again if it repeats
+            graph_destroy(self._graphed.pop(oldest))
+            self._remember(oldest)                       # captured again if it repeats
+        return graph
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self._seen) + len(self._graphed)
 
     @property
     def graph_count(self) -> int:
@@ -129,27 +144,34 @@ class LaunchCache:
 
 
 class _Launch:
-    """Marshalled arguments (the stream baked in), the compiled host code that launches them, and the
-    executable graph of that launch once it has been captured."""
+    """Marshalled arguments (the stream baked in) and the compiled host code that launches them; the first
+    `pointers` pointer arguments can be re-aimed in place (`patch`)."""
 
-    def __init__(self, compiled, args: Sequence):
+    def __init__(self, compiled, args: Sequence, pointers: int = 0):
         self.compiled = compiled
         self.args = tuple(args)
         # the ctypes values point into `args` and `adapted`: keep them alive as long as the entry
         self.exe_args, self.adapted = compiled.generate_execution_args(*self.args)
-        self.graph = None
+        # a CuTe pointer argument marshals as the address of its ctypes c_void_p (`_desc`): storing a new
+        # address there re-aims the launch. Only where the marshalled arguments do point there (no adapter).
+        slots = [a._desc for a in self.args if isinstance(getattr(a, "_desc", None), ctypes.c_void_p)][:pointers]
+        marshalled = {v for v in self.exe_args if isinstance(v, int)}
+        self.slots = slots if len(slots) == pointers and all(ctypes.addressof(d) in marshalled for d in slots) \
+            else None
+
+    def patch(self, addresses: Sequence[int]) -> bool:
+        """Aim the pointer arguments at `addresses`; False where this launch cannot be re-aimed."""
+        if self.slots is None:
+            return False
+        for slot, address in zip(self.slots, addresses):
+            slot.value = address
+        return True
 
     def launch(self) -> None:
         self.compiled.run_compiled_program(self.exe_args)
 
-    def close(self) -> None:
-        if self.graph is not None:
-            graph_destroy(self.graph)
-            self.graph = None
-
 
 _NO_GUARD = contextlib.nullcontext()
-_retired: list = []   # graphs evicted during a caller's capture, destroyed at the next eviction outside one
 
 
 def on_device(index: int | None):
@@ -161,12 +183,9 @@ def on_device(index: int | None):
 
 
 # ---- the driver calls behind the cache (module functions, so CPU tests can stand in for them)
-# The two calls made on every repeat (is the stream capturing? launch the graph) go straight to libcuda through
-# ctypes: through cuda-python's bindings each costs microseconds of argument conversion, which a per-call
-# synchronised benchmark of a small kernel counts. The rare ones (capture, instantiate) stay in cuda-python.
 
 _SUCCESS = cuda.CUresult.CUDA_SUCCESS
-_NOT_CAPTURING = int(cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE)
+_NOT_CAPTURING = cuda.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
 _capture_streams: dict[int, torch.cuda.Stream] = {}
 
 
@@ -177,31 +196,17 @@ def _check(result, what: str):
     return rest[0] if rest else None
 
 
-@functools.lru_cache(maxsize=1)
-def _libcuda():
-    """The driver library with the prototypes of the calls made per launch (loaded on first use: a machine
-    without a GPU never needs it)."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    lib.cuGraphLaunch.argtypes = (ctypes.c_void_p, ctypes.c_void_p)
-    lib.cuStreamIsCapturing.argtypes = (ctypes.c_void_p, ctypes.POINTER(ctypes.c_int))
-    lib.cuGraphExecDestroy.argtypes = (ctypes.c_void_p,)
-    for f in (lib.cuGraphLaunch, lib.cuStreamIsCapturing, lib.cuGraphExecDestroy):
-        f.restype = ctypes.c_int
-    return lib
-
-
 def is_capturing(stream: int) -> bool:
     """Whether `stream` (a raw handle) is capturing into a CUDA graph, or was and the capture broke: one driver
     call, no torch.cuda.Stream object. An error (the legacy stream while another stream captures) counts as
     capturing too: it is no time to start a capture of our own."""
-    status = ctypes.c_int()
-    err = _libcuda().cuStreamIsCapturing(stream, ctypes.byref(status))
-    return err != 0 or status.value != _NOT_CAPTURING
+    err, status = cuda.cuStreamIsCapturing(stream)
+    return err != _SUCCESS or status != _NOT_CAPTURING
 
 
-def capture_graph(launch_on: Callable[[int], None]) -> int:
-    """Capture what `launch_on(stream)` enqueues on a side stream of the current device; the executable graph's
-    raw handle. Relaxed capture mode, so that the first launch of a kernel may still load its module."""
+def capture_graph(launch_on: Callable[[int], None]):
+    """Capture what `launch_on(stream)` enqueues on a side stream of the current device; the executable graph.
+    Relaxed capture mode, so that the first launch of a kernel may still load its module."""
     device = torch.cuda.current_device()
     side = _capture_streams.get(device)
     if side is None:
@@ -216,19 +221,17 @@ def capture_graph(launch_on: Callable[[int], None]) -> int:
         raise
     graph = _check(cuda.cuStreamEndCapture(handle), "cuStreamEndCapture")
     try:
-        return int(_check(cuda.cuGraphInstantiate(graph, 0), "cuGraphInstantiate"))
+        return _check(cuda.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
     finally:
         cuda.cuGraphDestroy(graph)        # the executable graph keeps its own copy
 
 
-def graph_launch(graph_exec: int, stream: int) -> None:
-    err = _libcuda().cuGraphLaunch(graph_exec, stream)
-    if err:
-        raise RuntimeError(f"cuGraphLaunch failed: {cuda.CUresult(err)}")
+def graph_launch(graph_exec, stream: int) -> None:
+    _check(cuda.cuGraphLaunch(graph_exec, stream), "cuGraphLaunch")
 
 
-def graph_destroy(graph_exec: int) -> None:
-    _libcuda().cuGraphExecDestroy(graph_exec)
+def graph_destroy(graph_exec) -> None:
+    cuda.cuGraphExecDestroy(graph_exec)
 
 
 def gmem_pointer(dtype, address: int, align: int):

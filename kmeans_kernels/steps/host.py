@@ -81,7 +81,7 @@ class Launcher:
             kernel = self.make(D, DTYPES[dtype], **options)
             with launch.on_device(device):
                 compiled = cute.compile(kernel, *placeholder_args(dtype), options="--gpu-arch sm_90a")
-            found = self._compiled[key] = launch.LaunchCache(compiled, device=device)
+            found = self._compiled[key] = launch.LaunchCache(compiled, device=device, pointers=4)  # x, c, c_sq, out
         return found
 
     def __call__(self, x, c, c_sq=None, out=None, **options) -> torch.Tensor:
