@@ -462,11 +462,12 @@ def test_gpu_input_errors():
 @needs_hopper
 @pytest.mark.parametrize("graphs", [True, False])
 def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
-    """A call's launch is marshalled once per argument set, and by default captured into a CUDA graph once that
-    set repeats, then replayed: inputs edited in place, alternating outputs and a second stream must each still
+    """A call's launch comes from a marshalled template (its pointers re-aimed), and is captured into a CUDA graph
+    once its argument set repeats (here: at the second sighting), then replayed: inputs edited in place, alternating outputs and a second stream must each still
     get their own answer, with graphs and without."""
     from workbook import launch
     monkeypatch.setattr(launch, "GRAPHS", graphs)
+    monkeypatch.setattr(launch, "CAPTURE_AFTER", 2)     # captured at the second sighting
     hopper_host._launches.cache_clear()
     hopper_host._prepare.cache_clear()
     M, N, K = 1000, 1032, 520
@@ -484,9 +485,11 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
         got = hopper_host.gemm(a, b)
     side.synchronize()
     assert torch.equal(got, fp32_reference(a, b).to(torch.bfloat16)), "side stream"
-    entries = list(hopper_host._call_for(M, N, K, a.get_device()).launches._entries.values())
-    # each output was used twice on the current stream (a graph by then, with graphs on); the side stream once
-    assert [e.graph is not None for e in entries] == [graphs, graphs, False]
+    cache = hopper_host._call_for(M, N, K, a.get_device()).launches
+    # each output was used twice on the current stream (a graph by then, with graphs on); the side stream once;
+    # every first sighting came from a template (one per stream), none was marshalled anew
+    assert cache.counts == {"first": 3, "captured": 2 * graphs, "replayed": 2 * graphs, "direct": 2 * (not graphs)}
+    assert cache.graph_count == 2 * graphs and len(cache._templates) == 2
     hopper_host._launches.cache_clear()
     hopper_host._prepare.cache_clear()
 

@@ -50,8 +50,10 @@ def capturing(monkeypatch):
 
 @pytest.fixture
 def fake_graphs(monkeypatch, capturing):
-    """The driver's graph calls, replaced: a 'graph' records the launch it captured; replays are logged."""
+    """The driver's graph calls, replaced: a 'graph' records the launch it captured; replays are logged. An
+    argument set is captured at its second sighting here, so that each test needs few calls."""
     log = {"captured": [], "replayed": [], "destroyed": []}
+    monkeypatch.setattr(launch, "CAPTURE_AFTER", 2)
 
     def capture(launch_on):
         launch_on(CAPTURE_STREAM)
@@ -180,7 +182,7 @@ def test_failed_capture_warns_once_and_launches_directly(monkeypatch, capturing)
 
     monkeypatch.setattr(launch, "capture_graph", broken)
     fake = FakeCompiled()
-    cache = launch.LaunchCache(fake, graphs=True)
+    cache = launch.LaunchCache(fake, graphs=True, capture_after=2)
     cache("a", lambda s: ("a", s), stream=3)
     with pytest.warns(RuntimeWarning, match="capture not supported"):
         cache("a", lambda s: ("a", s), stream=3)
@@ -445,3 +447,16 @@ def test_arguments_that_cannot_be_patched_are_marshalled_per_set(capturing):
         cache((a, 8), lambda s, a=a: (a, 8, s), stream=0)
     assert fake.marshalled == [(1, 8, 0), (2, 8, 0), (1, 8, 0)]
     assert fake.launched == ["exe(1, 8, 0)", "exe(2, 8, 0)", "exe(1, 8, 0)"]
+
+
+def test_an_argument_set_is_captured_at_its_capture_after_th_sighting(fake_graphs):
+    """Until then each call launches from the template; fresh outputs seen a few times never cost a capture."""
+    fake = FakeCompiled()
+    cache = launch.LaunchCache(fake, graphs=True, capture_after=4)
+    for _ in range(6):
+        cache("a", lambda s: ("a", s), stream=0)
+    assert cache.counts == {"first": 1, "captured": 1, "replayed": 3, "direct": 2}
+    assert fake_graphs["replayed"] == [("graph0", 0)] * 3
+    assert launch.LaunchCache(fake).capture_after == launch.CAPTURE_AFTER == 2   # the fixture's, by default
+    with pytest.raises(ValueError, match="capture_after >= 2"):
+        launch.LaunchCache(fake, capture_after=1)

@@ -18,8 +18,9 @@ What a call does, per argument set (keyed by the values it encodes and the strea
     key's addresses (a ctypes store each), so a new tensor at every call (a fresh output, a Lloyd loop, a
     training step) costs the compiled host code and no marshalling. With `pointers=0` every key has its own
     template (marshalled once per key);
-  * a repeat: captured once into a CUDA graph (on a side stream, relaxed mode) and replayed from then on with
-    `cuGraphLaunch`, one driver call (with `graphs=False`: launched from the template). The graph holds the
+  * repeats: from the template too, until the set's `capture_after`-th sighting (`CAPTURE_AFTER`); then it is
+    captured once into a CUDA graph (on a side stream, relaxed mode) and replayed from then on with
+    `cuGraphLaunch`, one driver call (with `graphs=False`: always from the template). The graph holds the
     kernel's parameters by value, so equal keys must mean equal arguments. A graph is replayed in order with
     its own earlier launches, so one argument set launched on two streams does not run concurrently;
   * while the stream is capturing (the caller's `torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`):
@@ -43,6 +44,11 @@ import cuda.bindings.driver as cuda
 import torch
 
 GRAPHS = os.environ.get("WORKBOOK_LAUNCH_GRAPHS", "1") != "0"
+# The sighting of an argument set at which it is captured. A capture (arguments built and marshalled, capture,
+# instantiate) costs on the order of 150 us of host time and a replay saves ~6 us against a template launch
+# (`notes/perf-log.md`), so a graph pays after a few dozen replays: a set seen this often is in steady use, while
+# outputs that the allocator hands out at new addresses now and then never pay for a capture.
+CAPTURE_AFTER = 8
 
 
 class LaunchCache:
@@ -50,10 +56,12 @@ class LaunchCache:
     CUDA graph for each argument set that repeats."""
 
     def __init__(self, compiled, size: int = 64, graphs: bool | None = None, *, device: int | None = None,
-                 max_graphs: int = 16, pointers: int = 0):
-        if size < 1 or max_graphs < 1 or pointers < 0:
-            raise ValueError(f"size and max_graphs must be >= 1 and pointers >= 0, got {size}, {max_graphs} and "
-                             f"{pointers}")
+                 max_graphs: int = 16, pointers: int = 0, capture_after: int | None = None):
+        capture_after = CAPTURE_AFTER if capture_after is None else capture_after
+        if size < 1 or max_graphs < 1 or pointers < 0 or capture_after < 2:
+            raise ValueError(f"size and max_graphs must be >= 1, pointers >= 0 and capture_after >= 2, got {size}, "
+                             f"{max_graphs}, {pointers} and {capture_after}")
+        self.capture_after = capture_after
         self.compiled = compiled
         self.size = size
         self.max_graphs = max_graphs
@@ -61,7 +69,7 @@ class LaunchCache:
         self.graphs = GRAPHS if graphs is None else graphs
         self.device = device
         # least recently used first, all three
-        self._seen: dict[Hashable, None] = {}          # (key, stream) launched once, no graph yet
+        self._seen: dict[Hashable, int] = {}           # (key, stream) without a graph -> its sightings
         self._graphed: dict[Hashable, object] = {}     # (key, stream) -> executable graph
         self._templates: dict[Hashable, _Launch] = {}  # (key[pointers:], stream) -> marshalled arguments
         # what the calls were: a direct launch of a first sighting, a capture, a replay, or a direct launch of a
@@ -73,34 +81,26 @@ class LaunchCache:
         with on_device(self.device):
             full_key = (key, stream)
             graph = self._graphed.pop(full_key, None)
+            sightings = 0
             if graph is not None:
                 self._graphed[full_key] = graph        # now the most recently used
-                seen = True
             else:
-                seen = full_key in self._seen
-                self._seen.pop(full_key, None)         # re-remembered below unless it now gets a graph
-            if not seen:
-                self.counts["first"] += 1
-                self._remember(full_key)
-                self._template(key, make_args, stream).launch()
-            elif is_capturing(stream) or not (self.graphs or graph is not None):
-                self.counts["direct"] += 1
-                if graph is None:
-                    self._remember(full_key)
-                self._template(key, make_args, stream).launch()
-            else:
-                if graph is None:
-                    graph = self._capture(full_key, make_args)
-                if graph is None:                      # capture failed: graphs are off from now on
-                    self.counts["direct"] += 1
-                    self._remember(full_key)
-                    self._template(key, make_args, stream).launch()
-                else:
-                    self.counts["replayed"] += 1
-                    graph_launch(graph, stream)
+                sightings = self._seen.pop(full_key, 0) + 1
+            due = graph is not None or sightings >= self.capture_after
+            capturing = due and is_capturing(stream)   # (one driver call, only where it decides something)
+            if graph is None and due and self.graphs and not capturing:
+                graph = self._capture(full_key, make_args)
+            if graph is not None and not capturing:
+                self.counts["replayed"] += 1
+                graph_launch(graph, stream)
+                return
+            if graph is None:
+                self._remember(full_key, sightings)
+            self.counts["first" if sightings == 1 else "direct"] += 1
+            self._template(key, make_args, stream).launch()
 
-    def _remember(self, full_key) -> None:
-        self._seen[full_key] = None
+    def _remember(self, full_key, sightings: int) -> None:
+        self._seen[full_key] = sightings
         if len(self._seen) > self.size:
             del self._seen[next(iter(self._seen))]
 
@@ -132,7 +132,7 @@ class LaunchCache:
             # never inside the caller's capture (we capture only outside one), which a destroy would invalidate
             oldest = next(iter(self._graphed))
             graph_destroy(self._graphed.pop(oldest))
-            self._remember(oldest)                       # captured again if it repeats
+            self._remember(oldest, self.capture_after - 1)   # captured again if it repeats
         return graph
 
     def __len__(self) -> int:
