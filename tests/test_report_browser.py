@@ -127,9 +127,12 @@ class Browser:
         return res["result"].get("value")
 
     def requests_elsewhere(self, origin: str) -> list[str]:
-        """URLs requested since the last open() from anywhere but `origin` (data: and about: URLs fetch nothing)."""
+        """URLs requested since the last open() from anywhere but `origin` (data: and about: URLs fetch nothing).
+        The browser's own favicon requests do not count: one for the page before (another test's server) can
+        arrive after open()."""
         return [e["params"]["request"]["url"] for e in self.events if e.get("method") == "Network.requestWillBeSent"
-                and not e["params"]["request"]["url"].startswith((origin, "data:", "about:"))]
+                and not e["params"]["request"]["url"].startswith((origin, "data:", "about:"))
+                and not e["params"]["request"]["url"].endswith("/favicon.ico")]
 
     def problems(self, origin: str) -> list[str]:
         """JavaScript exceptions, dialogs (alert() and the like) and failed same-origin requests since the last
