@@ -152,24 +152,36 @@ def _ratios(frame, timing: str):
     return rows.pivot_table(index=["M", "N", "K"], columns="variant", values="ratio", aggfunc="last")
 
 
-def class_summary(frame, variant: str | None = None):
-    """Per class: the median and the minimum % of torch.matmul (100 / ratio) in both timings, of `variant`
-    (default: each shape's best candidate by kernel time), with the worst shape."""
+def per_class(long, by=("class",), timings=TIMINGS):
+    """Per group of `by` (a class, or a class and a contender): for each timing the median and the minimum % of
+    torch.matmul and the shape where it is lowest ("MxNxK"), and the number of shapes. `long`: one row per
+    shape, timing and group, with columns M, N, K, timing, pct and those of `by`. One row per group, columns
+    (timing, "median" | "min" | "worst") beside `by` and "shapes"; the callers name them."""
     import pandas as pd
-    ours = frame[frame.kernel == "ours"]
     rows = []
-    for cls, group in ours.groupby("class", sort=False):
-        cells = {"class": cls, "shapes": group[["M", "N", "K"]].drop_duplicates().shape[0]}
-        for timing in TIMINGS:
-            g = group[group.timing == timing]
-            if variant is not None:
-                g = g[g.variant == variant]
-            pct = (100 / g.groupby(["M", "N", "K"]).ratio.min())
-            cells[f"{timing}_median_pct"] = pct.median()
-            cells[f"{timing}_min_pct"] = pct.min()
-            cells[f"{timing}_worst"] = "x".join(map(str, pct.idxmin())) if len(pct) else ""
+    for key, g in long.groupby(list(by), sort=False):
+        cells = dict(zip(by, key if isinstance(key, tuple) else (key,)))
+        cells["shapes"] = g[["M", "N", "K"]].drop_duplicates().shape[0]
+        for timing in timings:
+            t = g[g.timing == timing].dropna(subset=["pct"])
+            worst = t.loc[t.pct.idxmin()] if len(t) else None
+            cells[timing, "median"] = t.pct.median()
+            cells[timing, "min"] = t.pct.min()
+            cells[timing, "worst"] = f"{worst.M}x{worst.N}x{worst.K}" if worst is not None else ""
         rows.append(cells)
-    return pd.DataFrame(rows).set_index("class")
+    return pd.DataFrame(rows)
+
+
+def class_summary(frame, variant: str | None = None):
+    """Per class: the median and the minimum % of torch.matmul (100 / ratio) in each timing, of `variant`
+    (default: each shape's best candidate in that timing), with the worst shape."""
+    ours = frame[frame.kernel == "ours"]
+    if variant is not None:
+        ours = ours[ours.variant == variant]
+    best = ours.groupby(["class", "timing", "M", "N", "K"], sort=False).ratio.min().reset_index()
+    summary = per_class(best.assign(pct=100 / best.ratio)).set_index("class")
+    return summary.rename(columns={c: f"{c[0]}_{c[1]}_pct" if c[1] != "worst" else f"{c[0]}_worst"
+                                   for c in summary.columns if isinstance(c, tuple)})
 
 
 def latest_run(frame):

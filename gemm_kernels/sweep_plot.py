@@ -180,18 +180,11 @@ def class_table(frame: pd.DataFrame, rule: rules.Rule, check: pd.DataFrame | Non
     and the latency timing."""
     long = contenders(frame, rule, check)
     names = {**CONTENDERS, "shipped": "gemm() as shipped"}
-    rows = []
-    for (cls, key), g in long.groupby(["class", "contender"], sort=False):
-        cells = {"class": cls, "contender": names[key]}
-        for timing in ("kernel", "latency"):
-            t = g[g.timing == timing].dropna(subset=["pct"])
-            worst = t.loc[t.pct.idxmin()]
-            cells[f"{timing} median %"] = t.pct.median()
-            cells[f"{timing} min %"] = t.pct.min()
-            cells[f"{timing} worst"] = f"{worst.M}x{worst.N}x{worst.K}"
-        rows.append(cells)
+    table = rules.per_class(long, by=("class", "contender"), timings=("kernel", "latency")).drop(columns="shapes")
+    table["contender"] = table.contender.map(names)
+    table.columns = [f"{c[0]} {c[1]}" + (" %" if c[1] != "worst" else "") if isinstance(c, tuple) else c
+                     for c in table.columns]
     order = {c: i for i, c in enumerate(CLASSES)}
-    table = pd.DataFrame(rows)
     table = table.sort_values("class", key=lambda s: s.map(order), kind="stable")
     return table.set_index(["class", "contender"])
 

@@ -184,3 +184,13 @@ def test_the_latest_run_is_taken_class_by_class():
     assert fitted.choose(16, 4096, 4096) == "128 balanced cluster1"
     assert fitted.choose(4096, 4096, 4096) == "256 balanced cluster2"
     assert rule.latest_run(latest.iloc[0:0]).empty
+
+
+def test_per_class_is_the_one_summary_of_both_tables():
+    """rule.per_class: median, minimum and worst shape per group and timing; a timing with no rows reads NaN."""
+    long = pd.DataFrame([dict(M=m, N=1, K=1, timing="kernel", pct=p, **{"class": c})
+                         for c, m, p in [("a", 1, 90.0), ("a", 2, 80.0), ("a", 3, 100.0), ("b", 4, 50.0)]])
+    got = rule.per_class(long, timings=("kernel", "gpu")).set_index("class")
+    assert got.loc["a", ("kernel", "median")] == 90.0 and got.loc["a", ("kernel", "min")] == 80.0
+    assert got.loc["a", ("kernel", "worst")] == "2x1x1" and got.loc["a", "shapes"] == 3
+    assert math.isnan(got.loc["b", ("gpu", "median")]) and got.loc["b", ("gpu", "worst")] == ""
