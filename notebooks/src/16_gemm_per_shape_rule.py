@@ -262,6 +262,7 @@ print("classes where even the per-shape best misses the median goal (kernel timi
 #   above), no rule over these candidates can reach it. There the gap is in the kernels, not in the choice.
 # * **Small shapes are host-bound**: back to back, every candidate costs the same microseconds per call, more than
 #   torch's host path, while the GPU time differs (section 6). A faster launch path, not a tile, closes that gap.
-# * **Skinny problems are a DRAM-rate problem**: at M = 16 the work is reading B once; our 128-row tiles read it at
-#   a fraction of the rate cuBLAS's kernel does (section 6). A kernel built for small M (more CTAs pulling B, a
-#   deeper ring of loads per SM) is what would close it, not another configuration of this one.
+# * **Skinny problems are a DRAM-rate problem**: at M = 16 the work is reading B once. Even our fastest tile for it,
+#   64 rows with one consumer warpgroup, reads B slower than cuBLAS's kernel does (section 6 prints the rates): what
+#   remains is how fast each SM pulls B (more loads in flight per SM, or K split over more CTAs with a reduction of
+#   their own), not the choice among these configurations.
