@@ -463,8 +463,8 @@ def test_gpu_input_errors():
 @pytest.mark.parametrize("graphs", [True, False])
 def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
     """A call's launch comes from a marshalled template (its pointers re-aimed), and is captured into a CUDA graph
-    once its argument set repeats (here: at the second sighting), then replayed: inputs edited in place, alternating outputs and a second stream must each still
-    get their own answer, with graphs and without."""
+    once its argument set repeats (here: at the second sighting), then replayed: inputs edited in place,
+    alternating outputs and a second stream must each still get their own answer, with graphs and without."""
     from workbook import launch
     monkeypatch.setattr(launch, "GRAPHS", graphs)
     monkeypatch.setattr(launch, "CAPTURE_AFTER", 2)     # captured at the second sighting

@@ -1,7 +1,8 @@
-"""workbook.launch: an argument set is marshalled once per key and stream and launched directly the first time,
-captured into a graph only once it repeats, never captured while the caller's stream is capturing, launched
-with the cache's device current, kept alive while cached and released when evicted; a failed capture falls back
-to direct launches. The driver and device calls are stood in for, so all of this runs on a CPU."""
+"""workbook.launch: an argument set is launched directly from a marshalled template (its pointers re-aimed in
+place) until its capture sighting, then captured into a graph and replayed; never captured while the caller's
+stream is capturing; launched with the cache's device current; kept alive while cached and released when evicted,
+least recently used first; a failed capture falls back to direct launches. The driver and device calls are stood
+in for, so all of this runs on a CPU."""
 import ctypes
 
 import cuda.bindings.driver as cuda
