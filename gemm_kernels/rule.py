@@ -6,11 +6,19 @@
     python -m gemm_kernels.rule --fit # learn from data/measured/h200/gemm_config_sweep.csv -> rule_h200.json
 
 The rule: score each candidate at each measured shape by the geometric mean of its ratios to torch.matmul
-(kernel time back to back, the latency a user sees, and the GPU's own kernel durations); for a new shape, take the `NEIGHBOURS` measured shapes
-nearest to it in (log2 M, log2 N, log2 K) and choose the candidate with the best mean log score over them. A
-shape the sweep measured is its own nearest neighbour, so there the rule follows the measurement, tempered by
+(kernel time back to back, the latency a user sees, and the GPU's own kernel durations); for a new shape, take
+the `NEIGHBOURS` measured shapes nearest to it in (log2 M, log2 N, log2 K) and choose the candidate with the best
+mean log score over them, each weighted by 1 / (its squared distance + `DISTANCE_SMOOTHING`). A shape the sweep
+measured is its own nearest neighbour and weighs most, so there the rule follows the measurement, tempered by
 the two next shapes (one noisy round does not flip it); between measured shapes it follows the closest ones.
 Nothing is timed at call time. `leave_one_out` says how well the rule predicts shapes it has not seen.
+
+Few-wave shapes (under `FEW_WAVES` waves of the default tiles) are where nearness in log size misleads: 384 rows
+are three 128-row tiles but one and a half CTA pairs, so a neighbour's best candidate can waste a third of the GPU
+here. There each neighbour's score is carried over by the planner's prediction (`planned_log_time`: the wave
+model's makespan of that candidate at both shapes, `gemm_kernels.waves`): score here = score there + log(planned
+time here / planned time there). Many-wave shapes keep the plain neighbours' mean, where the makespan ratio is
+nearly the same for every candidate and the measured per-slot speed decides.
 
 The learned rule is data: `rule_h200.json` beside this file holds the scores per shape and candidate with
 the sweep's provenance (GPU, driver, commit, date). It was measured on an H200; on another Hopper GPU the
@@ -27,30 +35,40 @@ from pathlib import Path
 from gemm_kernels import configs
 
 NEIGHBOURS = 3
+DISTANCE_SMOOTHING = 0.25   # neighbour weights 1 / (squared log2 distance + this): a measured shape weighs 4
+FEW_WAVES = 2.0        # below this many waves of the default tiles the rule corrects by the planner (module doc)
 RULE_FILE = Path(__file__).with_name("rule_h200.json")
 TIMINGS = ("kernel", "latency", "gpu")   # every timing the sweep records (gpu: CUPTI kernel durations)
 
 
 @dataclass(frozen=True)
 class Rule:
-    """Measured shapes, candidates, and log scores[shape][candidate] (NaN where a candidate was not timed)."""
+    """Measured shapes, candidates, log scores[shape][candidate] (NaN where a candidate was not timed) and the
+    planner's log time planned[shape][candidate] (`planned_log_time`, NaN where it plans nothing)."""
     shapes: tuple[tuple[int, int, int], ...]
     candidates: tuple[str, ...]
     scores: tuple[tuple[float, ...], ...]
     provenance: dict
+    planned: tuple[tuple[float, ...], ...]
 
     def choose(self, M: int, N: int, K: int, *, without: tuple[int, int, int] | None = None) -> str:
-        """The candidate with the best mean score over the measured shapes nearest to (M, N, K) (`without`: a
-        shape to leave out, for `leave_one_out`)."""
+        """The candidate with the best mean score over the measured shapes nearest to (M, N, K), each carried
+        over by the planner where (M, N, K) is a few-wave shape (`few_waves`); `without`: a shape to leave out,
+        for `leave_one_out`."""
         near = self.neighbours(M, N, K, without=without)
         if not near:
             return configs.HOPPER_FALLBACK
+        correct = few_waves(M, N)
+        weights = [1 / (d + DISTANCE_SMOOTHING) for _, d in near]
         best, best_score = configs.HOPPER_FALLBACK, math.inf
         for j, name in enumerate(self.candidates):
             values = [self.scores[i][j] for i, _ in near]
+            if correct:
+                here = planned_log_time(name, M, N, K)
+                values = [v + here - self.planned[i][j] for v, (i, _) in zip(values, near)]
             if any(math.isnan(v) for v in values):
                 continue                  # never chosen where it was not measured (or refused the shape)
-            score = sum(values) / len(values)
+            score = sum(w * v for w, v in zip(weights, values)) / sum(weights)
             if score < best_score:
                 best, best_score = name, score
         return best
@@ -65,10 +83,10 @@ class Rule:
         return [(i, d) for d, i in near]
 
     def to_json(self) -> str:
+        table = lambda rows: [[None if math.isnan(v) else round(v, 6) for v in row] for row in rows]  # noqa: E731
         return json.dumps({"provenance": self.provenance, "candidates": list(self.candidates),
-                           "shapes": [list(s) for s in self.shapes],
-                           "scores": [[None if math.isnan(v) else round(v, 6) for v in row] for row in self.scores]},
-                          indent=1)
+                           "shapes": [list(s) for s in self.shapes], "scores": table(self.scores),
+                           "planned": table(self.planned)}, indent=1)
 
     @classmethod
     def from_json(cls, text: str) -> "Rule":
@@ -76,13 +94,41 @@ class Rule:
         unknown = set(d["candidates"]) - set(configs.HOPPER_CANDIDATES)
         if unknown:
             raise ValueError(f"the rule names configurations that configs.HOPPER_CANDIDATES lacks: {sorted(unknown)}")
-        return cls(tuple(tuple(s) for s in d["shapes"]), tuple(d["candidates"]),
-                   tuple(tuple(math.nan if v is None else v for v in row) for row in d["scores"]), d["provenance"])
+        table = lambda rows: tuple(tuple(math.nan if v is None else v for v in row) for row in rows)  # noqa: E731
+        return cls(tuple(tuple(s) for s in d["shapes"]), tuple(d["candidates"]), table(d["scores"]),
+                   d["provenance"], table(d["planned"]))
 
 
 def features(M: int, N: int, K: int) -> tuple[float, float, float]:
     """Where the rule places a shape: (log2 M, log2 N, log2 K)."""
     return math.log2(M), math.log2(N), math.log2(K)
+
+
+def few_waves(M: int, N: int) -> bool:
+    """Whether the default candidate's plan of an M x N output has under FEW_WAVES waves (`waves.Plan.waves`)."""
+    return _plan_waves(configs.HOPPER_FALLBACK, M, N) < FEW_WAVES
+
+
+@functools.lru_cache(maxsize=4096)
+def _plan_waves(candidate: str, M: int, N: int) -> float:
+    from gemm_kernels import hopper_options
+    return hopper_options.plan_for(M, N, configs.HOPPER_CANDIDATES[candidate]).waves
+
+
+@functools.lru_cache(maxsize=16384)
+def planned_log_time(candidate: str, M: int, N: int, K: int) -> float:
+    """log of the time the wave model predicts for `candidate` at (M, N, K), up to a constant of the candidate
+    (its per-slot speed, which the measured scores carry): makespan in items x an item's rows x its width x K.
+    A stream-K plan's partial last wave is split evenly over every slot, so it takes items / slots waves.
+    NaN where the candidate plans nothing for the shape."""
+    from gemm_kernels import hopper_options
+    o = configs.HOPPER_CANDIDATES[candidate]
+    try:
+        plan = hopper_options.plan_for(M, N, o)
+    except ValueError:
+        return math.nan
+    span = plan.waves if o.stream_k else plan.makespan
+    return math.log(span * o.tile_m * o.cluster_m * plan.wide * K)
 
 
 def scores(frame):
@@ -102,8 +148,10 @@ def fit(frame) -> Rule:
     prov_cols = ["gpu", "driver", "torch", "cutlass_dsl", "commit", "date"]
     provenance = {c: sorted(set(map(str, frame[c]))) for c in prov_cols if c in frame}
     provenance["table"] = "gemm_config_sweep"
+    shapes = tuple(tuple(int(v) for v in shape) for shape in s.index)
     rows = tuple(tuple(float(s.loc[shape, c]) for c in candidates) for shape in s.index)
-    return Rule(tuple(tuple(int(v) for v in shape) for shape in s.index), candidates, rows, provenance)
+    planned = tuple(tuple(planned_log_time(c, *shape) for c in candidates) for shape in shapes)
+    return Rule(shapes, candidates, rows, provenance, planned)
 
 
 @functools.lru_cache(maxsize=1)

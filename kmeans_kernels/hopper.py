@@ -41,7 +41,7 @@ Variants (the tutorial's steps):
 ``lean_select``     ``norm_broadcast`` with the ``pairs`` scan (:func:`kmeans_kernels.reduce.scan_pairs`): each
                     chain takes two scores per step through one FMNMX, and column indices are immediates
                     relative to the tile, about 0.56 fewer instructions per score in the SASS (5.7 -> 5.1 at
-                    D = 64). Opt-in: ``auto`` does not pick it until the H200 has timed it.
+                    D = 64). What ``auto`` runs wherever it does not run ``wide``.
 """
 from __future__ import annotations
 
@@ -97,13 +97,15 @@ VARIANTS = tuple(VARIANT_SPECS)
 
 
 def auto_variant(N: int, D: int, K: int) -> str:
-    """The variant `variant="auto"` runs, from the H200 measurements (data/measured/h200/kmeans_assign.csv,
-    notes/perf-log.md): norm_broadcast (128-wide tiles, two CTAs per SM), except "wide" (256-wide tiles,
-    one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
+    """The variant `variant="auto"` runs, from the H200 measurements (data/measured/h200/kmeans_floor.csv,
+    notes/perf-log.md): lean_select (128-wide tiles, two CTAs per SM, the pairs scan), except "wide" (256-wide
+    tiles, one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
     (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
     than the second CTA's overlap. At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 %
-    slower there in both full runs that timed it, and 4-10 % faster at 65536 x 256 x 4096."""
-    return "wide" if D >= 256 and K >= 4096 and ping_pong_fits(D) else "norm_broadcast"
+    slower there in both full runs that timed it, and 4-10 % faster at 65536 x 256 x 4096. lean_select against
+    norm_broadcast, interleaved rounds: 6-8 % faster at every D = 128 shape with K >= 4096, level at D = 64 and
+    at K = 512; D > 256 was not timed (there the scan is a smaller share of the work)."""
+    return "wide" if D >= 256 and K >= 4096 and ping_pong_fits(D) else "lean_select"
 
 
 def ping_pong_fits(D: int) -> bool:
@@ -439,7 +441,9 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
 @functools.lru_cache(maxsize=None)
 def _launches(variant: str, D: int, dtype: torch.dtype, device: int) -> launch.LaunchCache:
     """The compiled kernel for (variant, D, dtype) on one device, compiled on first use (with that device
-    current), behind its launch cache."""
+    current), behind its launch cache; a ValueError (never cached) where the variant cannot take D."""
+    check_shape(D, dtype)
+    check_variant(variant, D)
     kernel = HopperAssign(variant, D, _cutlass_dtype(dtype))
     with launch.on_device(device):
         compiled = cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a")
@@ -449,10 +453,7 @@ def _launches(variant: str, D: int, dtype: torch.dtype, device: int) -> launch.L
 def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
     """Launch on CUDA tensors validated by kmeans_kernels.check_inputs (shapes, sizes, alignment); fills `out`
     (int32 [N]) on x's device, whatever the current device is."""
-    D = x.shape[1]
-    check_shape(D, x.dtype)
-    check_variant(variant, D)
-    device = x.device.index
-    addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), x.shape[0], c.shape[0])
-    _launches(variant, D, x.dtype, device)(addrs, lambda s: _args(x.dtype, *addrs, cuda.CUstream(s)),
-                                           launch.stream_handle(device))
+    (N, D), dtype, device = x.shape, x.dtype, x.get_device()
+    addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, c.shape[0])
+    _launches(variant, D, dtype, device)(addrs, lambda s: _args(dtype, *addrs, cuda.CUstream(s)),
+                                         launch.stream_handle(device))

@@ -58,7 +58,7 @@ RECIPES = {
         # whole tile's D blocks, which the ping-pong needs: refused there (`hopper.ping_pong_fits`).
         "wide": Recipe("ilp2", "shuffle", tile_n=256, ping_pong=True),
         # norm_broadcast with the leaner scan (about 3.75 instead of 4.4 scan instructions per score, in the
-        # SASS). Opt-in: `auto` does not pick it until the H200 has timed it.
+        # SASS): what `auto` runs where it does not run wide (`hopper.auto_variant`).
         "lean_select": Recipe("pairs", "shuffle"),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"

@@ -75,7 +75,8 @@ SHAPES = [(1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (16, 4096,
 BEST = {s: ("64 stream-k cluster1" if s[0] < 1024 else "256 balanced cluster2") for s in SHAPES}
 
 
-def test_the_rule_follows_the_nearest_measured_shapes():
+def test_the_rule_follows_the_nearest_measured_shapes(monkeypatch):
+    monkeypatch.setattr(rule, "FEW_WAVES", 0.0)     # the neighbours alone (the planner's part: test below)
     fitted = rule.fit(_frame(BEST, SHAPES))
     for shape in SHAPES:
         assert fitted.choose(*shape) == BEST[shape]
@@ -99,17 +100,54 @@ def test_a_candidate_missing_at_a_neighbour_is_not_chosen_there():
     assert fitted.choose(64, 4096, 4096) != "64 stream-k cluster1"
 
 
+def test_a_measured_shape_outweighs_its_neighbours(monkeypatch):
+    monkeypatch.setattr(rule, "FEW_WAVES", 0.0)
+    shapes = [(4096, 4096, 4096), (4096, 4096, 8192), (4096, 4096, 16384)]
+    best = {shapes[0]: "192 balanced cluster2", shapes[1]: "256 balanced cluster2", shapes[2]: "256 balanced cluster2"}
+    fitted = rule.fit(_frame(best, shapes))
+    assert fitted.choose(*shapes[0]) == "192 balanced cluster2"          # weights 4 : 0.8 : 0.24, not one vote of three
+    assert fitted.choose(*shapes[0], without=shapes[0]) == "256 balanced cluster2"
+
+
+# Few-wave shapes: two candidates equally fast at every measured neighbour, but at 384 rows the 128-row
+# one-per-item grid is 3 x 40 = 120 tiles, under one wave of 132 SMs, while the balanced CTA pairs are 256 rows
+# tall (half of the second pair is padding) and the planner fills two waves of 66 pairs with them.
+NEAR_384 = [(512, 4096, 8192), (512, 4096, 14336), (256, 4096, 8192)]
+TIED = ("128 balanced cluster2", "128 one-per-item cluster1")
+
+
+def test_at_a_few_wave_shape_the_planner_carries_the_neighbours_over():
+    frame = _frame({s: TIED[0] for s in NEAR_384}, NEAR_384)
+    frame.loc[frame.variant == TIED[1], "ratio"] = 0.9                    # a tie at every neighbour
+    fitted = rule.fit(frame)
+    assert rule.few_waves(384, 5120) and not rule.few_waves(8192, 8192)
+    assert rule.planned_log_time(TIED[0], 384, 5120, 10240) > rule.planned_log_time(TIED[1], 384, 5120, 10240)
+    assert fitted.choose(384, 5120, 10240) == TIED[1]
+
+
+def test_the_planned_time_of_stream_k_splits_the_last_wave_evenly():
+    name = "128 stream-k cluster1"
+    o = configs.HOPPER_CANDIDATES[name]
+    plan = hopper_options.plan_for(384, 5120, o)                        # 3 x 40 tiles on 132 slots
+    assert len(plan.items) == 120 and plan.slots == 132
+    assert rule.planned_log_time(name, 384, 5120, 10240) == pytest.approx(math.log(120 / 132 * 128 * 128 * 10240))
+    uniform = "128 one-per-item cluster1"                                # the same tiles, whole: one wave
+    assert rule.planned_log_time(uniform, 384, 5120, 10240) == pytest.approx(math.log(1 * 128 * 128 * 10240))
+
+
 def test_the_rule_survives_its_json_and_refuses_unknown_names():
     fitted = rule.fit(_frame(BEST, SHAPES))
     again = rule.Rule.from_json(fitted.to_json())
     assert again.shapes == fitted.shapes and again.candidates == fitted.candidates
-    assert all(math.isclose(a, b, abs_tol=1e-6) for ra, rb in zip(again.scores, fitted.scores) for a, b in zip(ra, rb))
+    for got, want in ((again.scores, fitted.scores), (again.planned, fitted.planned)):
+        assert all(math.isclose(a, b, abs_tol=1e-6) for ra, rb in zip(got, want) for a, b in zip(ra, rb))
     bad = fitted.to_json().replace('"64 stream-k cluster1"', '"no such config"')
     with pytest.raises(ValueError, match="lacks"):
         rule.Rule.from_json(bad)
 
 
-def test_leave_one_out_reports_the_rules_pick_without_the_shape():
+def test_leave_one_out_reports_the_rules_pick_without_the_shape(monkeypatch):
+    monkeypatch.setattr(rule, "FEW_WAVES", 0.0)
     frame = _frame(BEST, SHAPES)
     loo = rule.leave_one_out(rule.fit(frame), frame)
     assert len(loo) == len(SHAPES)

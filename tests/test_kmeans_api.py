@@ -23,8 +23,7 @@ def test_assign_rejects_bad_input(bad, match):
 
 def test_check_inputs_names_each_kernel_precondition(monkeypatch):
     x, c = _xc()
-    # pretend the tensors are on a GPU so that the kernel-only checks are reached
-    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
+    _pretend_gpu(monkeypatch)
     with pytest.raises(ValueError, match="bf16 or fp16"):
         kmeans_kernels.check_inputs(x.float(), c.float(), None, None)
     with pytest.raises(ValueError, match="D=72"):
@@ -53,10 +52,36 @@ def test_arch_of_refuses_other_gpus(monkeypatch):
         kmeans_kernels.arch_of(torch.device("cuda", 0))
 
 
+def _pretend_gpu(monkeypatch):
+    """Pretend every tensor is on GPU 0, so that the kernel-only checks, and the shortcut that accepts valid calls
+    before them (`kmeans_kernels._accepts`), are reached on a CPU: each refusal below is also a case the shortcut
+    must decline."""
+    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
+    monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda self: True))
+    monkeypatch.setattr(torch.Tensor, "get_device", lambda self: 0)
+
+
 @pytest.fixture
 def on_gpu(monkeypatch):
-    """Pretend every tensor is on a GPU, so that the kernel-only checks are reached on a CPU."""
-    monkeypatch.setattr(torch.Tensor, "device", property(lambda self: torch.device("cuda", 0)))
+    _pretend_gpu(monkeypatch)
+
+
+def test_the_shortcut_accepts_valid_calls_and_declines_each_broken_precondition(on_gpu):
+    x, c = _xc(N=8, D=64, K=4)
+    c_sq, out = torch.ones(4), torch.empty(8, dtype=torch.int32)
+    assert kmeans_kernels._accepts(x, c, None, None) and kmeans_kernels._accepts(x, c, c_sq, out)
+    assert kmeans_kernels._accepts(x.half(), c.half(), c_sq, out)
+    assert kmeans_kernels._accepts(x, c, torch.ones(8)[1:5], None)       # 4-byte aligned is enough for c_sq
+    broken = [(x.float(), c.float(), None, None), (x, c.half(), None, None), (x[:, :48], c[:, :48], None, None),
+              (x, c[:, :32], None, None), (x.t().contiguous().t(), c, None, None), (_misaligned(8, 64, x.dtype), c, None, None),
+              (x, c, c_sq.double(), None), (x, c, torch.ones(5), None), (x, c, None, out.long()),
+              (x, c, None, torch.empty(9, dtype=torch.int32)), (x, c, c_sq[:0], None),
+              (x, c, torch.ones(8)[::2], None), (x, c, None, torch.empty(16, dtype=torch.int32)[::2]),
+              (x[0], c, None, None), (x, c, c_sq.numpy(), None)]
+    for i, args in enumerate(broken):
+        assert not kmeans_kernels._accepts(*args), i
+        with pytest.raises(ValueError):
+            kmeans_kernels.check_inputs(*args)
 
 
 def _misaligned(rows, cols, dtype, elements_in=1):

@@ -113,7 +113,7 @@ def test_auto_variant_is_a_variant():
     for shape in [(1, 16, 1), (65536, 128, 4096), (1 << 20, 256, 4096)]:
         assert hopper.auto_variant(*shape) in VARIANTS
     assert hopper.auto_variant(1 << 20, 256, 4096) == hopper.auto_variant(65536, 256, 4096) == "wide"
-    assert hopper.auto_variant(65536, 256, 512) == hopper.auto_variant(1 << 20, 128, 4096) == "norm_broadcast"
+    assert hopper.auto_variant(65536, 256, 512) == hopper.auto_variant(1 << 20, 128, 4096) == "lean_select"
 
 
 @pytest.mark.parametrize("D", [320, 384, 512])
@@ -121,7 +121,7 @@ def test_wide_is_refused_where_its_ring_cannot_hold_a_tile(D):
     """Past D = 256 the wide ring holds fewer slots than a tile has D blocks, and the ping-pong warpgroups would
     wait for each other forever: auto must not pick it, and asking for it must fail before any launch."""
     assert hopper.stages_for(D, hopper.WIDE_BLOCK_N) < D // hopper.BLOCK_D
-    assert hopper.auto_variant(1 << 20, D, 16384) == "norm_broadcast"
+    assert hopper.auto_variant(1 << 20, D, 16384) == "lean_select"
     with pytest.raises(ValueError, match="D up to 256"):
         hopper.compile("wide", 1024, D, 4096)
     assert hopper.ping_pong_fits(256) and hopper.ping_pong_fits(128)

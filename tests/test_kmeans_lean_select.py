@@ -1,4 +1,4 @@
-"""The opt-in Hopper variant `lean_select` (`kmeans_kernels.reduce.scan_pairs`): its pair step checked against
+"""The Hopper variant `lean_select` (`kmeans_kernels.reduce.scan_pairs`), what `auto` runs outside `wide`: its pair step checked against
 two serial steps on every combination of special values, its machine code leaner than norm_broadcast's by the
 predicted amount (no GPU needed), and its answers against the reference on an H100/H200 (`pytest -m gpu`).
 
@@ -123,10 +123,11 @@ def test_column_offsets_follow_the_accumulator_layout():
 
 # ------------------------------------------------------------------ CPU: vocabulary and machine code
 
-def test_lean_select_is_opt_in():
+def test_auto_runs_lean_select_wherever_it_does_not_run_wide():
     assert VARIANT in hopper.VARIANTS and variants.recipe("sm_90a", VARIANT).scan == "pairs"
     for N, D, K in itertools.product((1, 4096, 65536, 1 << 20), (16, 64, 128, 256, 512), (1, 512, 4096, 16384)):
-        assert hopper.auto_variant(N, D, K) != VARIANT
+        wide = D >= 256 and K >= 4096 and hopper.ping_pong_fits(D)
+        assert hopper.auto_variant(N, D, K) == ("wide" if wide else VARIANT), (N, D, K)
 
 
 # Measured on the compiled SASS when the variant was written (scan instructions per score, norm_broadcast ->

@@ -1,8 +1,9 @@
-"""Where a small GEMM's time goes, ours against torch.matmul: the host's microseconds per call, piece by piece,
+"""Where a small GEMM's or k-means assignment's time goes: the host's microseconds per call, piece by piece,
 and the GPU's kernel time per call (CUPTI, through `gemm_kernels.sweep.gpu_ms`).
 
-    python tools/host_cost.py                      # 1024^3 and 16x8192x4096
+    python tools/host_cost.py                      # GEMM, ours against torch.matmul: 1024^3 and 16x8192x4096
     python tools/host_cost.py --shapes 2048x2048x2048 --calls 2000
+    python tools/host_cost.py --kmeans             # assign(): host pieces, then GPU time per variant, 13 seed shapes
 
 Host pieces are each timed over `--calls` repetitions with time.perf_counter; "issue rate" is back-to-back calls
 with no synchronisation divided by their count (the host's rate, as long as the GPU keeps up).
@@ -29,11 +30,54 @@ def per_call_us(fn, calls: int) -> float:
     return (time.perf_counter() - t) / calls * 1e6
 
 
+def kmeans(calls: int, gpu_calls: int = 50) -> None:
+    """assign()'s host pieces at 65536 x 64 x 512, then each variant's GPU time per call at the seed shapes."""
+    import kmeans_kernels
+    from kmeans_kernels import bench, floor, hopper, reference
+    x, c, c_sq = bench.input_sets(65536, 64, 512)[0]
+    out = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
+    run = lambda: hopper.run("norm_broadcast", x, c, c_sq, out)            # noqa: E731
+    for _ in range(launch.CAPTURE_AFTER + 1):
+        run()
+    pieces = {
+        "assign(x, c, c_sq=c_sq) issue rate": lambda: kmeans_kernels.assign(x, c, c_sq=c_sq),
+        "assign(x, c, c_sq=c_sq, out=out)": lambda: kmeans_kernels.assign(x, c, c_sq=c_sq, out=out),
+        "assign(x, c) (norms each call)": lambda: kmeans_kernels.assign(x, c),
+        "check_inputs": lambda: kmeans_kernels.check_inputs(x, c, c_sq, None),
+        "arch_of": lambda: kmeans_kernels.arch_of(x.device),
+        "auto_variant": lambda: hopper.auto_variant(65536, 64, 512),
+        "torch.empty": lambda: torch.empty(x.shape[0], dtype=torch.int32, device=x.device),
+        "reference.centroid_norms": lambda: reference.centroid_norms(c),
+        "hopper.run (replay)": run,
+        "torch.argmin(x @ c.T) issue rate": lambda: torch.argmin(x @ c.T, dim=1),
+    }
+    print("\nassign at 65536x64x512, host time per call")
+    for name, fn in pieces.items():
+        us = per_call_us(fn, calls)
+        torch.cuda.synchronize()
+        print(f"  {name:<38} {us:8.2f} us per call")
+    print("\nGPU time per call (us), and the floor (kmeans_kernels.floor)")
+    print(f"  {'N x D x K':<18} {'floor':>7} " + " ".join(f"{v:>14}" for v in hopper.VARIANTS))
+    for N, D, K in bench.seed_shapes():
+        sets = bench.input_sets(N, D, K)[:1]
+        outs = torch.empty(N, dtype=torch.int32, device="cuda")
+        fns = {v: (lambda x, c, c_sq, v=v: hopper.run(v, x, c, c_sq, outs)) for v in hopper.VARIANTS
+               if not (hopper.VARIANT_SPECS[v].ping_pong and not hopper.ping_pong_fits(D))}
+        for fn in fns.values():
+            fn(*sets[0])
+        gpu = sweep.gpu_ms(fns, sets, calls=gpu_calls)
+        cells = " ".join(f"{1e3 * gpu[v]:14.1f}" if v in gpu else f"{'-':>14}" for v in hopper.VARIANTS)
+        print(f"  {f'{N}x{D}x{K}':<18} {1e3 * floor.floor(N, D, K).ms:7.1f} {cells}", flush=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", type=shape_arg, nargs="+", default=[(1024, 1024, 1024), (16, 8192, 4096)])
     p.add_argument("--calls", type=int, default=3000)
+    p.add_argument("--kmeans", action="store_true", help="the k-means assignment instead of the GEMM")
     args = p.parse_args(argv)
+    if args.kmeans:
+        return kmeans(args.calls)
     for M, N, K in args.shapes:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
