@@ -37,6 +37,9 @@ class FakeCudaTensor:
     def data_ptr(self):
         return self._address
 
+    def get_device(self):
+        return self.device.index
+
 
 CAPTURE_STREAM = 999          # the stand-in side stream that captures run on
 
