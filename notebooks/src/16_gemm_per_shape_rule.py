@@ -122,9 +122,16 @@ print(f"so our host path costs about {ours.kernel.median():.0f} µs per call aga
 #
 # Score each candidate at each measured shape by the mean of the logs of its three ratios to `torch.matmul`
 # (< 0: faster than torch). For a shape, take the three measured shapes nearest to it in (log2 M, log2 N, log2 K)
-# and pick the candidate with the best mean score over them. Nothing is timed at call time; the scores are
-# package data (`gemm_kernels/rule_h200.json`, with the sweep's provenance). The whole choice, and the one place
-# `gemm(a, b)` uses it (when the caller gives no options):
+# and pick the candidate with the best mean score over them, each neighbour weighted by 1 / (its squared distance
+# + 0.25), so that a measured shape (weight 4) mostly follows its own measurement.
+#
+# Nearness in log size misleads where few waves run: 384 rows are three 128-row tiles but one and a half CTA
+# pairs, so a neighbour at 512 rows says nothing about the half-empty pair at 384. Below two waves of the default
+# tiles the rule therefore carries each neighbour's score over by the wave model (`gemm_kernels.waves`): score
+# here = score there + log(planned time here / planned time there), the planned time being the candidate's
+# makespan in tiles x a tile's size x K (`rule.planned_log_time`). Nothing is timed at call time; the scores and
+# the planned times are package data (`gemm_kernels/rule_h200.json`, with the sweep's provenance). The whole
+# choice, and the one place `gemm(a, b)` uses it (when the caller gives no options):
 
 # %%
 display(stepper.excerpt(rule, "    def choose("))
