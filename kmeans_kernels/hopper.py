@@ -38,6 +38,11 @@ Variants (the tutorial's steps):
                     WGMMAs (two named barriers), so one folds tile t while the other's WGMMAs for tile t
                     run, and they give ring slots back one by one. ``auto`` picks it where that wins on
                     the H200 (``auto_variant``).
+``lean_ping_pong``  ``lean_select`` with the two consumer warpgroups taking turns at the tensor cores, as in
+                    ``wide``, on 128-wide tiles with two CTAs per SM (not at D 208-256 or past 448:
+                    ``ping_pong_fits``): one warpgroup folds tile t
+                    while the other's WGMMAs for tile t run, instead of both waiting for one MMA and then
+                    folding at once.
 ``lean_select``     ``norm_broadcast`` with the ``pairs`` scan (:func:`kmeans_kernels.reduce.scan_pairs`): each
                     chain takes two scores per step through one FMNMX, and column indices are immediates
                     relative to the tile, about 0.56 fewer instructions per score in the SASS (5.7 -> 5.1 at
@@ -108,12 +113,14 @@ def auto_variant(N: int, D: int, K: int) -> str:
     return "wide" if D >= 256 and K >= 4096 and ping_pong_fits(D) else "lean_select"
 
 
-def ping_pong_fits(D: int) -> bool:
-    """Whether the ring holds a whole tile's D blocks at the wide tile width. The ping-pong warpgroups must: a
+def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N) -> bool:
+    """Whether the ring holds a whole tile's D blocks at this tile width. The ping-pong warpgroups must: a
     ring slot goes back to the producer only when both warpgroups are done with it, and the warpgroup waiting
     for its turn holds none of them, so with fewer slots than D blocks the issuing warpgroup waits forever
-    for a slot only its partner could release (D > 256 for 16-bit inputs)."""
-    return stages_for(D, WIDE_BLOCK_N) >= _d_padded(D) // BLOCK_D
+    for a slot only its partner could release (for 16-bit inputs: D > 256 at the wide width; at 128, D from 208
+    to 256, where two CTAs share an SM's shared memory, and past 448)."""
+    return stages_for(D, block_n) >= _d_padded(D) // BLOCK_D
+
 
 
 def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:
@@ -170,9 +177,10 @@ def check_variant(variant: str, D: int | None = None) -> None:
     """The variant exists on sm_90a (`kmeans_kernels.variants`) and, given D, can run it: a ping-pong
     variant only where its ring holds a whole tile's D blocks (`ping_pong_fits`)."""
     recipe = variants.recipe(ARCH, variant)
-    if D is not None and recipe.ping_pong and not ping_pong_fits(D):
-        raise ValueError(f"variant {variant!r} takes D up to 256 (its ring must hold a whole 256-wide tile's "
-                         f"D blocks); got D={D}: use 'norm_broadcast'")
+    if D is not None and recipe.ping_pong and not ping_pong_fits(D, recipe.tile_n):
+        raise ValueError(f"variant {variant!r} cannot take D={D}: its ring must hold a whole {recipe.tile_n}-wide "
+                         f"tile's {_d_padded(D) // BLOCK_D} D blocks and has {stages_for(D, recipe.tile_n)} slots "
+                         f"there; use 'lean_select'")
 
 
 # --------------------------------------------------------------------------------------------------

@@ -3,7 +3,7 @@ architecture.
 
     check_d(D)                          # ValueError unless D is a multiple of 16 from 16 up to 512
     recipe("sm_100a", "norm_broadcast") # Recipe(scan='serial', norms='shuffle', tile_n=128, ...)
-    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide', 'lean_select')
+    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide', 'lean_select', 'lean_ping_pong')
     table()                             # one row per (variant, arch): what it is made of
 
 A variant name means one step of the tutorial, but the steps are not cut the same way on both machines. On
@@ -60,6 +60,8 @@ RECIPES = {
         # norm_broadcast with the leaner scan (about 3.75 instead of 4.4 scan instructions per score, in the
         # SASS): what `auto` runs where it does not run wide (`hopper.auto_variant`).
         "lean_select": Recipe("pairs", "shuffle"),
+        # lean_select with wide's turns at the tensor cores, on 128-wide tiles (two CTAs per SM up to D = 256)
+        "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"
         "serial": Recipe("serial", "smem"),

@@ -169,7 +169,7 @@ def test_one_vocabulary_says_what_each_variant_is_made_of():
         r = variants.recipe("sm_100a", name)
         assert (design.reduction, design.norms, design.warp_specialized) == (r.scan, r.norms, r.warp_specialized)
     table = variants.table()
-    assert len(table) == 9 and set(table.arch) == {"sm_90a", "sm_100a"}
+    assert len(table) == 10 and set(table.arch) == {"sm_90a", "sm_100a"}
     with pytest.raises(ValueError, match="'wide' does not exist for sm_100a"):
         variants.recipe("sm_100a", "wide")
     with pytest.raises(ValueError, match="sm_120a"):

@@ -24,6 +24,12 @@ gpu = pytest.mark.gpu
 needs_hopper = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU (H100/H200)")
 
 
+def takes(variant: str, D: int) -> bool:
+    """Whether `variant` runs at D (a ping-pong variant needs its ring to hold a whole tile: hopper.check_variant)."""
+    spec = hopper.VARIANT_SPECS[variant]
+    return not spec.ping_pong or hopper.ping_pong_fits(D, spec.block_n)
+
+
 @functools.lru_cache(maxsize=None)
 def compiled(variant: str, D: int):
     return hopper.compile(variant, 1000, D, 1000)
@@ -122,9 +128,19 @@ def test_wide_is_refused_where_its_ring_cannot_hold_a_tile(D):
     wait for each other forever: auto must not pick it, and asking for it must fail before any launch."""
     assert hopper.stages_for(D, hopper.WIDE_BLOCK_N) < D // hopper.BLOCK_D
     assert hopper.auto_variant(1 << 20, D, 16384) == "lean_select"
-    with pytest.raises(ValueError, match="D up to 256"):
+    with pytest.raises(ValueError, match="cannot take D="):
         hopper.compile("wide", 1024, D, 4096)
     assert hopper.ping_pong_fits(256) and hopper.ping_pong_fits(128)
+
+
+def test_lean_ping_pong_is_refused_where_two_ctas_leave_its_ring_short():
+    """At 128-wide tiles two CTAs share an SM up to D = 256; from D = 208 their rings hold fewer slots than a tile
+    has D blocks. Past 256 one CTA has the SM and the ring is deep enough again, up to D = 448."""
+    refused = [D for D in range(16, 513, 16) if not takes("lean_ping_pong", D)]
+    assert refused == [208, 224, 240, 256, 464, 480, 496, 512]
+    with pytest.raises(ValueError, match="cannot take D=256.*4 D blocks and has 3 slots"):
+        hopper.check_variant("lean_ping_pong", 256)
+    hopper.check_variant("lean_ping_pong", 192)
 
 
 # ------------------------------------------------------------------ GPU: answers
@@ -156,8 +172,8 @@ ODD_D = [(300, 16, 129), (300, 80, 200), (300, 512, 300), (1000, 192, 1000)]
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("variant,N,D,K", [(v, *s) for s in SHAPES for v in VARIANTS]
-                         + [("serial", *s) for s in ODD_D])
+@pytest.mark.parametrize("variant,N,D,K", [(v, *s) for s in SHAPES for v in VARIANTS if takes(v, s[1])]
+                         + [("serial", *s) for s in ODD_D] + [("lean_ping_pong", *s) for s in ODD_D if takes("lean_ping_pong", s[1])])
 def test_exact_on_small_integers(variant, N, D, K):
     gen = torch.Generator().manual_seed(N * 7919 + D * 31 + K)
     x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()
@@ -190,8 +206,8 @@ def fp32_error_bound(x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
 
 @gpu
 @needs_hopper
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize("N,D,K", [(4099, 128, 1000), (2048, 256, 4096), (1500, 64, 513)])
+@pytest.mark.parametrize("variant,N,D,K", [(v, *s) for s in [(4099, 128, 1000), (2048, 256, 4096), (1500, 64, 513)]
+                                            for v in VARIANTS if takes(v, s[1])])
 def test_random_bf16_disagrees_only_within_fp32_error(variant, N, D, K):
     gen = torch.Generator().manual_seed(N + D + K)
     x = torch.randn(N, D, generator=gen).to(torch.bfloat16).cuda()
