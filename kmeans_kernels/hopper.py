@@ -42,11 +42,11 @@ Variants (the tutorial's steps):
                     ``wide``, on 128-wide tiles with two CTAs per SM (not at D 208-256 or past 448:
                     ``ping_pong_fits``): one warpgroup folds tile t
                     while the other's WGMMAs for tile t run, instead of both waiting for one MMA and then
-                    folding at once.
+                    folding at once. What ``auto`` runs at D <= 128.
 ``lean_select``     ``norm_broadcast`` with the ``pairs`` scan (:func:`kmeans_kernels.reduce.scan_pairs`): each
                     chain takes two scores per step through one FMNMX, and column indices are immediates
                     relative to the tile, about 0.56 fewer instructions per score in the SASS (5.7 -> 5.1 at
-                    D = 64). What ``auto`` runs wherever it does not run ``wide``.
+                    D = 64). What ``auto`` runs at 128 < D where it does not run ``wide``.
 """
 from __future__ import annotations
 
@@ -102,15 +102,20 @@ VARIANTS = tuple(VARIANT_SPECS)
 
 
 def auto_variant(N: int, D: int, K: int) -> str:
-    """The variant `variant="auto"` runs, from the H200 measurements (data/measured/h200/kmeans_floor.csv,
-    notes/perf-log.md): lean_select (128-wide tiles, two CTAs per SM, the pairs scan), except "wide" (256-wide
-    tiles, one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
+    """The variant `variant="auto"` runs, from the H200 measurements (notes/perf-log.md): "wide" (256-wide tiles,
+    one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
     (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
-    than the second CTA's overlap. At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 %
-    slower there in both full runs that timed it, and 4-10 % faster at 65536 x 256 x 4096. lean_select against
-    norm_broadcast, interleaved rounds: 6-8 % faster at every D = 128 shape with K >= 4096, level at D = 64 and
-    at K = 512; D > 256 was not timed (there the scan is a smaller share of the work)."""
-    return "wide" if D >= 256 and K >= 4096 and ping_pong_fits(D) else "lean_select"
+    than the second CTA's overlap; else 128-wide tiles, two CTAs per SM, with the pairs scan: lean_ping_pong
+    (its warpgroups taking turns at the tensor cores) at D <= 128, lean_select above.
+
+    At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 % slower there in both full runs
+    that timed it, and 4-10 % faster at 65536 x 256 x 4096 (data/measured/h200/kmeans_floor.csv). lean_select
+    against norm_broadcast: 6-8 % faster at every D = 128 shape with K >= 4096, level at D = 64 and at K = 512.
+    lean_ping_pong against lean_select (kmeans_lean_ping_pong.csv): 5-7 % faster at D = 64 with K >= 4096, 1-3.5 %
+    at D = 128, level at 1M x 128 x 4096 and at 65536 x 64 x 512; D from 144 to 192 was not timed."""
+    if D >= 256 and K >= 4096 and ping_pong_fits(D):
+        return "wide"
+    return "lean_ping_pong" if D <= 128 else "lean_select"
 
 
 def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N) -> bool:

@@ -58,7 +58,7 @@ RECIPES = {
         # whole tile's D blocks, which the ping-pong needs: refused there (`hopper.ping_pong_fits`).
         "wide": Recipe("ilp2", "shuffle", tile_n=256, ping_pong=True),
         # norm_broadcast with the leaner scan (about 3.75 instead of 4.4 scan instructions per score, in the
-        # SASS): what `auto` runs where it does not run wide (`hopper.auto_variant`).
+        # SASS); `auto` runs it, or lean_ping_pong, where it does not run wide (`hopper.auto_variant`).
         "lean_select": Recipe("pairs", "shuffle"),
         # lean_select with wide's turns at the tensor cores, on 128-wide tiles (two CTAs per SM up to D = 256)
         "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),

@@ -123,11 +123,13 @@ def test_column_offsets_follow_the_accumulator_layout():
 
 # ------------------------------------------------------------------ CPU: vocabulary and machine code
 
-def test_auto_runs_lean_select_wherever_it_does_not_run_wide():
+def test_auto_runs_the_pairs_scan_wherever_it_does_not_run_wide():
     assert VARIANT in hopper.VARIANTS and variants.recipe("sm_90a", VARIANT).scan == "pairs"
-    for N, D, K in itertools.product((1, 4096, 65536, 1 << 20), (16, 64, 128, 256, 512), (1, 512, 4096, 16384)):
+    assert variants.recipe("sm_90a", "lean_ping_pong") == variants.Recipe("pairs", "shuffle", ping_pong=True)
+    for N, D, K in itertools.product((1, 4096, 65536, 1 << 20), (16, 64, 128, 192, 256, 512), (1, 512, 4096, 16384)):
         wide = D >= 256 and K >= 4096 and hopper.ping_pong_fits(D)
-        assert hopper.auto_variant(N, D, K) == ("wide" if wide else VARIANT), (N, D, K)
+        want = "wide" if wide else "lean_ping_pong" if D <= 128 else VARIANT
+        assert hopper.auto_variant(N, D, K) == want, (N, D, K)
 
 
 # Measured on the compiled SASS when the variant was written (scan instructions per score, norm_broadcast ->

@@ -162,9 +162,10 @@ print("seed shapes where step 4's rule and production auto pick differently:",
 # %% [markdown]
 # What is left between them is the call path (validation and dispatch in `kmeans_kernels.assign`, the same launch
 # cache). The benchmark times production `auto` against step 4 on every shape; the ratio measures what that costs.
-# The rows shown were recorded when `auto` ran `norm_broadcast` outside `wide`; it now runs `lean_select` there, the
-# same kernel with a leaner scan (two scores per compare-select step), 6-8 % faster at D = 128 and level elsewhere
-# (`kmeans_floor.csv`, notebook 09):
+# The rows shown were recorded when `auto` ran `norm_broadcast` outside `wide`. It now runs the same kernel with a
+# leaner scan there (`lean_select`: two scores per compare-select step, 6-8 % faster at D = 128, `kmeans_floor.csv`),
+# and at D <= 128 with its two warpgroups taking turns at the tensor cores as `wide`'s do (`lean_ping_pong`: a further
+# 1-7 %, `kmeans_lean_ping_pong.csv`):
 
 # %%
 if run.empty:
