@@ -35,16 +35,16 @@ def _resolve(shape, gpu: gpus.GpuSpec, configuration: str) -> str:
     return _backend(gpu).auto_variant(*shape) if configuration == "auto" else configuration
 
 
-def tiling(shape, gpu: gpus.GpuSpec, variant: str) -> tuple[int, int, int]:
-    """(points per CTA, centroids per tile, CTAs per SM) of one variant at this shape on this GPU."""
+def tiling(shape, gpu: gpus.GpuSpec, variant: str) -> tuple[int, int]:
+    """(centroids per tile, CTAs per SM) of one variant at this shape on this GPU."""
     _, D, _ = shape
     be = _backend(gpu)
     if gpu.arch == "sm_90a":
-        r = variants.recipe(gpu.arch, variant)
-        return be.WG_ROWS * r.warpgroups, r.tile_n, be.ctas_per_sm(D, r.tile_n, r.warpgroups)
+        block_n = variants.recipe(gpu.arch, variant).tile_n
+        return block_n, be.ctas_per_sm(D, block_n)
     if variant == "x_resident" and D > be.X_RESIDENT_MAX_D:
         raise ValueError(f"x_resident takes D <= {be.X_RESIDENT_MAX_D}, not {D}")
-    return be.BLOCK_M, be.BLOCK_N, BLACKWELL_CTAS_PER_SM.get(variant, 1)
+    return be.BLOCK_N, BLACKWELL_CTAS_PER_SM.get(variant, 1)
 
 
 class KmeansAssign(Problem):
@@ -89,7 +89,8 @@ class KmeansAssign(Problem):
             return None                     # cuBLAS's tiles are not ours to model
         N, D, K = shape
         variant = _resolve(shape, gpu, configuration)
-        block_m, block_n, ctas = tiling(shape, gpu, variant)
+        block_n, ctas = tiling(shape, gpu, variant)
+        block_m = _backend(gpu).BLOCK_M
         k_pad, d_pad = math.ceil(K / block_n) * block_n, math.ceil(D / BLOCK_D) * BLOCK_D
         tile = f"{block_m} points x {K:,} centroids, {block_n}-wide tiles"
         return uniform_waves(math.ceil(N / block_m), gpu.sm_count * ctas, 2.0 * block_m * k_pad * d_pad,

@@ -43,9 +43,6 @@ Variants (the tutorial's steps):
                     ``ping_pong_fits``): one warpgroup folds tile t
                     while the other's WGMMAs for tile t run, instead of both waiting for one MMA and then
                     folding at once. What ``auto`` runs at D <= 128.
-``four_warpgroups`` ``lean_ping_pong`` with four consumer warpgroups (256 points) in one CTA per SM, taking turns
-                    in a ring: the turns then order all the SM's MMAs, not only each CTA's two warpgroups,
-                    and every centroid tile in shared memory serves 256 points (D up to 256).
 ``lean_select``     ``norm_broadcast`` with the ``pairs`` scan (:func:`kmeans_kernels.reduce.scan_pairs`): each
                     chain takes two scores per step through one FMNMX, and column indices are immediates
                     relative to the tile, about 0.56 fewer instructions per score in the SASS (5.7 -> 5.1 at
@@ -69,8 +66,7 @@ from kmeans_kernels import reduce, variants
 from kmeans_kernels.variants import D_MAX, D_MULTIPLE, check_d  # noqa: F401  (D_MAX, D_MULTIPLE: the D rule)
 from workbook import gpus, launch, sass
 
-BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup) ...
-WG_ROWS = 64           # ... rows per consumer warpgroup, whatever their number
+BLOCK_M = 128          # points per CTA: two consumer warpgroups x 64 rows (the WGMMA M of one warpgroup)
 BLOCK_N = 128          # centroids per tile: the WGMMA N ...
 WIDE_BLOCK_N = 256     # ... and in the "wide" variant
 BLOCK_D = 64           # D per ring slot: one 128-byte swizzle atom of 16-bit elements
@@ -80,10 +76,10 @@ SM_SMEM_BYTES = gpus.H200.smem_per_sm_bytes                    # shared memory o
 CTA_SMEM_RESERVED = gpus.H200.smem_reserved_per_block_bytes    # ... of which CUDA keeps 1 KiB per resident CTA
 BLOCK_SMEM_MAX = gpus.H200.smem_per_block_bytes                # the most one CTA may opt in to (227 KiB)
 MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring this deep
-CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups); four: 0-15
-PRODUCER_WARP = 8      # the warp after the consumers issues every TMA (warp 16 with four warpgroups)
+CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
+PRODUCER_WARP = 8      # warp 8 issues every TMA
 THREADS = 32 * (CONSUMER_WARPS + 1)
-TURN_BARRIER = 1       # named barriers 1, 2 (.. 4): "warpgroup w's turn to issue WGMMA" (0 is __syncthreads)
+TURN_BARRIER = 1       # named barriers 1, 2: "warpgroup 0's / 1's turn to issue WGMMA" (0 is __syncthreads)
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -96,14 +92,12 @@ class VariantSpec:
     broadcast_norms: bool = False
     block_n: int = BLOCK_N
     ping_pong: bool = False
-    warpgroups: int = 2
 
 
 # In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms either loaded by each
 # thread or broadcast by shuffles.
 VARIANT_SPECS = {name: VariantSpec(r.scan, broadcast_norms=r.norms == "shuffle", block_n=r.tile_n,
-                                   ping_pong=r.ping_pong, warpgroups=r.warpgroups)
-                 for name, r in variants.RECIPES[ARCH].items()}
+                                   ping_pong=r.ping_pong) for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(VARIANT_SPECS)
 
 
@@ -124,34 +118,33 @@ def auto_variant(N: int, D: int, K: int) -> str:
     return "lean_ping_pong" if D <= 128 else "lean_select"
 
 
-def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N, warpgroups: int = 2) -> bool:
+def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N) -> bool:
     """Whether the ring holds a whole tile's D blocks at this tile width. The ping-pong warpgroups must: a
     ring slot goes back to the producer only when both warpgroups are done with it, and the warpgroup waiting
     for its turn holds none of them, so with fewer slots than D blocks the issuing warpgroup waits forever
     for a slot only its partner could release (for 16-bit inputs: D > 256 at the wide width; at 128, D from 208
-    to 256, where two CTAs share an SM's shared memory, and past 448; with four warpgroups, past 256)."""
-    return stages_for(D, block_n, warpgroups) >= _d_padded(D) // BLOCK_D
+    to 256, where two CTAs share an SM's shared memory, and past 448)."""
+    return stages_for(D, block_n) >= _d_padded(D) // BLOCK_D
 
 
 
-def ctas_per_sm(D: int, block_n: int = BLOCK_N, warpgroups: int = 2) -> int:
+def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:
     """2 while half an SM holds the kernel: the point tile and a MIN_STAGES_TWO_CTAS-deep ring in shared
     memory (D <= 256 for 16-bit inputs), and registers for 2 x 288 threads (at most 112 each), which a
-    64 x 128 accumulator (64 registers) leaves room for and a 64 x 256 one (128) does not. Else 1 (always
-    with four warpgroups: 544 threads)."""
-    fits_registers = block_n <= BLOCK_N and warpgroups == 2
-    return 2 if fits_registers and _ring_slots(D, 2, block_n, warpgroups) >= MIN_STAGES_TWO_CTAS else 1
+    64 x 128 accumulator (64 registers) leaves room for and a 64 x 256 one (128) does not. Else 1."""
+    fits_registers = block_n <= BLOCK_N
+    return 2 if fits_registers and _ring_slots(D, 2, block_n) >= MIN_STAGES_TWO_CTAS else 1
 
 
-def stages_for(D: int, block_n: int = BLOCK_N, warpgroups: int = 2) -> int:
+def stages_for(D: int, block_n: int = BLOCK_N) -> int:
     """Ring depth: what this CTA's share of shared memory holds after the resident point tile, at most
     MAX_STAGES."""
-    return min(MAX_STAGES, _ring_slots(D, ctas_per_sm(D, block_n, warpgroups), block_n, warpgroups))
+    return min(MAX_STAGES, _ring_slots(D, ctas_per_sm(D, block_n), block_n))
 
 
-def _ring_slots(D: int, ctas: int, block_n: int, warpgroups: int = 2) -> int:
+def _ring_slots(D: int, ctas: int, block_n: int) -> int:
     budget = min(BLOCK_SMEM_MAX, SM_SMEM_BYTES // ctas - CTA_SMEM_RESERVED)
-    x_bytes = WG_ROWS * warpgroups * _d_padded(D) * 2
+    x_bytes = BLOCK_M * _d_padded(D) * 2
     slot_bytes = block_n * BLOCK_D * 2
     barrier_bytes = 1024           # mbarriers, padded by the 1024-byte alignment of the tiles
     return (budget - x_bytes - barrier_bytes) // slot_bytes
@@ -189,10 +182,9 @@ def check_variant(variant: str, D: int | None = None) -> None:
     """The variant exists on sm_90a (`kmeans_kernels.variants`) and, given D, can run it: a ping-pong
     variant only where its ring holds a whole tile's D blocks (`ping_pong_fits`)."""
     recipe = variants.recipe(ARCH, variant)
-    if D is not None and recipe.ping_pong and not ping_pong_fits(D, recipe.tile_n, recipe.warpgroups):
+    if D is not None and recipe.ping_pong and not ping_pong_fits(D, recipe.tile_n):
         raise ValueError(f"variant {variant!r} cannot take D={D}: its ring must hold a whole {recipe.tile_n}-wide "
-                         f"tile's {_d_padded(D) // BLOCK_D} D blocks and has "
-                         f"{max(0, stages_for(D, recipe.tile_n, recipe.warpgroups))} slots "
+                         f"tile's {_d_padded(D) // BLOCK_D} D blocks and has {stages_for(D, recipe.tile_n)} slots "
                          f"there; use 'lean_select'")
 
 
@@ -211,13 +203,10 @@ class HopperAssign:
         self.broadcast_norms = spec.broadcast_norms
         self.block_n = spec.block_n
         self.ping_pong = spec.ping_pong
-        self.warpgroups = spec.warpgroups
-        self.block_m = WG_ROWS * spec.warpgroups
-        self.consumer_warps = 4 * spec.warpgroups
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
-        self.stages = stages_for(D, self.block_n, spec.warpgroups)
-        self.ctas_per_sm = ctas_per_sm(D, self.block_n, spec.warpgroups)
+        self.stages = stages_for(D, self.block_n)
+        self.ctas_per_sm = ctas_per_sm(D, self.block_n)
         self.dtype = dtype
 
     @cute.jit
@@ -234,13 +223,13 @@ class HopperAssign:
         major = cute.nvgpu.OperandMajorMode.K      # x and c are D-contiguous: "K-major"
         # two warpgroups stacked along M, each issuing 64 x block_n x 16 WGMMAs
         tiled_mma = sm90_utils.make_trivial_tiled_mma(dtype, dtype, major, major, cutlass.Float32,
-                                                      (self.warpgroups, 1, 1), tiler_mn=(WG_ROWS, self.block_n))
+                                                      (2, 1, 1), tiler_mn=(64, self.block_n))
         row_major = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
-        x_smem = sm90_utils.make_smem_layout_a(row_major, (self.block_m, self.block_n, d_pad), dtype, 1)
-        c_smem = sm90_utils.make_smem_layout_b(row_major, (self.block_m, self.block_n, BLOCK_D), dtype, self.stages)
+        x_smem = sm90_utils.make_smem_layout_a(row_major, (BLOCK_M, self.block_n, d_pad), dtype, 1)
+        c_smem = sm90_utils.make_smem_layout_b(row_major, (BLOCK_M, self.block_n, BLOCK_D), dtype, self.stages)
         g2s = cute.nvgpu.cpasync.CopyBulkTensorTileG2SOp()
         tma_x, tma_x_tensor = cute.nvgpu.cpasync.make_tiled_tma_atom(
-            g2s, x, cute.slice_(x_smem, (None, None, 0)), (self.block_m, d_pad))
+            g2s, x, cute.slice_(x_smem, (None, None, 0)), (BLOCK_M, d_pad))
         tma_c, tma_c_tensor = cute.nvgpu.cpasync.make_tiled_tma_atom(
             g2s, c, cute.slice_(c_smem, (None, None, 0)), (self.block_n, BLOCK_D))
 
@@ -252,9 +241,9 @@ class HopperAssign:
             sc: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(c_smem)], 1024]
 
         self.shared_storage = SharedStorage
-        grid = (cute.ceil_div(x.shape[0], self.block_m), 1, 1)
+        grid = (cute.ceil_div(x.shape[0], BLOCK_M), 1, 1)
         self.kernel(tma_x, tma_x_tensor, tma_c, tma_c_tensor, c_sq, out, tiled_mma, x_smem, c_smem).launch(
-            grid=grid, block=[32 * (self.consumer_warps + 1), 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
+            grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
             # the register cap that lets ctas_per_sm CTAs share an SM; the carveout asks for all the shared
             # memory up front (and lets the kernel compile on a machine without a GPU)
             min_blocks_per_mp=self.ctas_per_sm, preferred_smem_carveout=100)
@@ -270,13 +259,13 @@ class HopperAssign:
         block, _, _ = cute.arch.block_idx()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
 
-        if warp == self.consumer_warps:
+        if warp == PRODUCER_WARP:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_x)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
 
         storage = cutlass.memory.SmemAllocator().allocate(self.shared_storage)
         producer = pipeline.CooperativeGroup(pipeline.Agent.Thread)
-        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_warps)   # one arrive per warp
+        consumers = pipeline.CooperativeGroup(pipeline.Agent.Thread, CONSUMER_WARPS)   # one arrive per warp
         x_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.x_full.data_ptr(), num_stages=1, producer_group=producer,
             consumer_group=consumers, tx_count=cute.size_in_bytes(self.dtype, cute.slice_(x_smem, (None, None, 0))),
@@ -290,7 +279,7 @@ class HopperAssign:
         sx = storage.sx.get_tensor(x_smem.outer, swizzle=x_smem.inner)
         sc = storage.sc.get_tensor(c_smem.outer, swizzle=c_smem.inner)
         # (BLOCK_M, d_pad, point tiles) and (block_n, BLOCK_D, centroid tiles, d blocks)
-        gx = cute.local_tile(mx, (self.block_m, self.d_blocks * BLOCK_D), (None, 0))
+        gx = cute.local_tile(mx, (BLOCK_M, self.d_blocks * BLOCK_D), (None, 0))
         gc = cute.local_tile(mc, (self.block_n, BLOCK_D), (None, None))
         tma_sx, tma_gx = cute.nvgpu.cpasync.tma_partition(
             tma_x, 0, cute.make_layout(1), cute.group_modes(sx, 0, 2), cute.group_modes(gx, 0, 2))
@@ -298,7 +287,7 @@ class HopperAssign:
             tma_c, 0, cute.make_layout(1), cute.group_modes(sc, 0, 2), cute.group_modes(gc, 0, 2))
         pipeline.pipeline_init_wait(cluster_shape_mn=(1, 1))
 
-        if warp == self.consumer_warps:
+        if warp == PRODUCER_WARP:
             # ---------------- producer: one warp issues every TMA ----------------
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
             x_pipe.producer_acquire(x_state)
@@ -320,7 +309,7 @@ class HopperAssign:
             thr_mma = tiled_mma.get_slice(tidx)
             frag_x = tiled_mma.make_fragment_A(thr_mma.partition_A(sx))   # (MMA, 1, d_pad/16, 1)
             frag_c = tiled_mma.make_fragment_B(thr_mma.partition_B(sc))   # (MMA, 1, 4, stages)
-            coords = thr_mma.partition_C(cute.make_identity_tensor((self.block_m, self.block_n)))
+            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.block_n)))
             best_score, best_index = reduce.new_winners(self.chains, 2)
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             x_pipe.consumer_wait(x_state)
@@ -335,16 +324,15 @@ class HopperAssign:
             consumer_wg = tidx // 128
             for tile in cutlass.range(num_tiles, unroll=1):
                 if cutlass.const_expr(self.ping_pong):
-                    # my turn at the tensor cores: warpgroup 0 opens, then they take turns in a ring, tile by tile
+                    # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
                     if consumer_wg + tile > 0:
                         cute.arch.barrier(barrier_id=TURN_BARRIER + consumer_wg, number_of_threads=256)
                 mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
                 if cutlass.const_expr(self.ping_pong):
-                    # the next warpgroup's turn (its MMAs queue behind mine): tile `tile` for warpgroups 1.., the
-                    # next tile for warpgroup 0 - except after the last tile, which nobody waits for
-                    if tile + (consumer_wg + 1) // self.warpgroups < num_tiles:
-                        cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + (consumer_wg + 1) % self.warpgroups,
-                                                 number_of_threads=256)
+                    # the other warpgroup's turn (its MMAs queue behind mine) - except after the last tile
+                    # of warpgroup 1, which nobody waits for
+                    if tile + consumer_wg < num_tiles:
+                        cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - consumer_wg, number_of_threads=256)
                     # slot by slot, oldest first: the producer refills a slot as soon as both are done with it
                     for _ in cutlass.range_constexpr(held):
                         release, held = self._retire(ctx, release, held, 1)
@@ -357,7 +345,7 @@ class HopperAssign:
             reduce.merge_lanes(best_score, best_index, 4)
             if lane % 4 == 0:
                 for r in cutlass.range_constexpr(2):
-                    row = block * self.block_m + coords[_flat_index(r, 0)][0]
+                    row = block * BLOCK_M + coords[_flat_index(r, 0)][0]
                     if row < N:
                         out[row] = best_index[0, r]
 

@@ -3,7 +3,7 @@ architecture.
 
     check_d(D)                          # ValueError unless D is a multiple of 16 from 16 up to 512
     recipe("sm_100a", "norm_broadcast") # Recipe(scan='serial', norms='shuffle', tile_n=128, ...)
-    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide', 'lean_select', ...)
+    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide', 'lean_select', 'lean_ping_pong')
     table()                             # one row per (variant, arch): what it is made of
 
 A variant name means one step of the tutorial, but the steps are not cut the same way on both machines. On
@@ -32,9 +32,7 @@ class Recipe:
     norms: how a thread gets the half norms 0.5 * ||c_k||^2 of its columns: "load" (each thread reads them
     from global memory, L1-cached), "smem" (staged in shared memory once per tile, two named barriers) or
     "shuffle" (each warp loads the tile's norms coalesced into registers and hands them out by shuffle_sync).
-    tile_n: centroids per tile. ping_pong: the consumer warpgroups take turns at the tensor cores.
-    warpgroups: consumer warpgroups per CTA (Hopper), 64 points each: 2 (two CTAs share an SM where they fit) or 4
-    (256 points, one CTA per SM, every centroid tile read once for all four).
+    tile_n: centroids per tile. ping_pong: the two consumer warpgroups take turns at the tensor cores.
     warp_specialized: separate load, MMA and epilogue warps (False: one warp issues loads and MMAs between
     its epilogue steps).
     """
@@ -43,13 +41,10 @@ class Recipe:
     tile_n: int = 128
     ping_pong: bool = False
     warp_specialized: bool = True
-    warpgroups: int = 2
 
     def __post_init__(self):
         if self.scan not in SCANS or self.norms not in NORMS:
             raise ValueError(f"scan must be one of {SCANS} and norms one of {NORMS}; got {self.scan!r}, {self.norms!r}")
-        if self.warpgroups not in (2, 4) or (self.warpgroups == 4 and not self.ping_pong):
-            raise ValueError(f"warpgroups must be 2, or 4 with ping_pong; got {self.warpgroups}")
 
 
 RECIPES = {
@@ -67,8 +62,6 @@ RECIPES = {
         "lean_select": Recipe("pairs", "shuffle"),
         # lean_select with wide's turns at the tensor cores, on 128-wide tiles (two CTAs per SM up to D = 256)
         "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),
-        # four warpgroups taking turns in one CTA per SM: the SM's two halves ordered too, not only each CTA's
-        "four_warpgroups": Recipe("pairs", "shuffle", ping_pong=True, warpgroups=4),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"
         "serial": Recipe("serial", "smem"),

@@ -27,7 +27,7 @@ needs_hopper = pytest.mark.skipif(not ON_HOPPER, reason="needs an sm_90 GPU (H10
 def takes(variant: str, D: int) -> bool:
     """Whether `variant` runs at D (a ping-pong variant needs its ring to hold a whole tile: hopper.check_variant)."""
     spec = hopper.VARIANT_SPECS[variant]
-    return not spec.ping_pong or hopper.ping_pong_fits(D, spec.block_n, spec.warpgroups)
+    return not spec.ping_pong or hopper.ping_pong_fits(D, spec.block_n)
 
 
 @functools.lru_cache(maxsize=None)

@@ -61,13 +61,8 @@ def kmeans(calls: int, gpu_calls: int = 50) -> None:
     for N, D, K in bench.seed_shapes():
         sets = bench.input_sets(N, D, K)[:1]
         outs = torch.empty(N, dtype=torch.int32, device="cuda")
-        fns = {}
-        for v in hopper.VARIANTS:
-            try:
-                hopper.check_variant(v, D)
-            except ValueError:
-                continue                                # a ping-pong ring that cannot hold this D's tiles
-            fns[v] = lambda x, c, c_sq, v=v: hopper.run(v, x, c, c_sq, outs)
+        fns = {v: (lambda x, c, c_sq, v=v: hopper.run(v, x, c, c_sq, outs)) for v in hopper.VARIANTS
+               if not (hopper.VARIANT_SPECS[v].ping_pong and not hopper.ping_pong_fits(D, hopper.VARIANT_SPECS[v].block_n))}
         for fn in fns.values():
             fn(*sets[0])
         gpu = sweep.gpu_ms(fns, sets, calls=gpu_calls)
