@@ -194,6 +194,43 @@ else:
     plt.show()
 
 # %% [markdown]
+# ## 8. The same turns on 128-wide tiles: `lean_ping_pong`
+#
+# With two CTAs per SM nothing orders the four consumer warpgroups: within a CTA both issue a tile's WGMMAs at once,
+# wait, then both fold, and the schematic of section 1 is the best case. At D = 64 a 128 x 128 tile is about 0.35 us of
+# tensor work and 0.45 us of issue-bound argmin per SM, and the kernel takes close to their sum (`tools/host_cost.py
+# --kmeans`, CUPTI). `lean_ping_pong` is `lean_select` with `wide`'s turns: one field of the recipe changes, and the
+# kernel's ping-pong branch (named barriers 1 and 2) does the rest. The A/B below takes turns with `lean_select` round
+# by round; the second table is an experiment that did not pay: one CTA of four warpgroups in a single ring of turns.
+
+# %%
+from kmeans_kernels import variants
+from workbook import DATA, records
+
+print("lean_select:   ", variants.recipe("sm_90a", "lean_select"))
+print("lean_ping_pong:", variants.recipe("sm_90a", "lean_ping_pong"))
+ab = records.read("h200", "kmeans_lean_ping_pong")
+if ab.empty:
+    print("not recorded yet: python tools/kmeans_ab.py --new lean_ping_pong --old lean_select")
+else:
+    ab = ab[ab.date == ab.date.max()]
+    ab_note = f"NVIDIA H200, {ab.date.iloc[0][:10]}, commit {ab.commit.iloc[0]}: data/measured/h200/kmeans_lean_ping_pong.csv"
+    display(results.table_3sig(results.ratios(ab, "ours/lean_ping_pong")).set_caption("lean_ping_pong / lean_select, kernel time"))
+    fig = results.plot_ratios(ab, ["ours/lean_ping_pong"], ab_note)
+    plt.show()
+four = pd.read_csv(DATA / "measured/h200/probes/kmeans_four_warpgroups_fba53fb.csv")
+four = four[(four.variant == "four_warpgroups") & (four.timing == "kernel")]
+print("one ring of four warpgroups, time / its reference (lean_ping_pong at D <= 128, wide at 256), by D:",
+      four.groupby("D").ratio.agg(["min", "max"]).round(2).to_dict("index"))
+
+# %% [markdown]
+# The turns pay a few per cent at D = 64 and less at D = 128, well below the schematic's promise: they order the two
+# warpgroups of one CTA, but the SM's two CTAs still meet at the tensor cores unordered. Ordering all four in one ring
+# (one CTA of 256 points) is much slower, and more so the larger the MMA's share: only one warpgroup's 64-row WGMMAs
+# are then in flight at a time, and one such stream does not keep the tensor cores busy. `auto` runs `lean_ping_pong`
+# at D <= 128.
+
+# %% [markdown]
 # **Exercise 2 (edit and run).** In a copy of step 4, set `MIN_STAGES_TWO_CTAS = 2`. At which `D` does the kernel now
 # run two CTAs per SM that did not before, and with how many ring slots? Load the copy with `stepper.load(path)` and call
 # its `ctas_per_sm` and `stages_for`; on an H100/H200, `try_step(path)` times it against the original.
@@ -224,3 +261,5 @@ else:
 #   and the cubin confirms them.
 # * Step 4 compiles to the same machine code as the production variants; what remains between them is the call path,
 #   measured above.
+# * The turns pay on 128-wide tiles too, but only a little (section 8): they order each CTA's warpgroups, not the two
+#   CTAs that share the tensor cores; one ring over all four warpgroups orders them and starves the tensor cores.
