@@ -83,10 +83,18 @@ def references(names) -> dict[str, str]:
 def measure(fns, sets, *, rounds: int = ROUNDS, calls: int = CALLS, warmup: int = WARMUP, clock=None):
     """One shape's rows: match rates (the first calls: compilation, flashlib's autotune), then `timing.compare`
     against ours/auto (else the first contender), the floor and x-floor columns, and each timing's per-round
-    ms. `clock`: the CPU path's clock (CPU tensors only: to test this)."""
+    ms. A contender that refuses the shape (a ValueError on its first call: a variant whose ring cannot hold this
+    D's tiles, say) is left out of it, with a line saying so. `clock`: the CPU path's clock (CPU tensors only: to
+    test this)."""
     x, c, _ = sets[0]
     N, D, K = x.shape[0], x.shape[1], c.shape[0]
-    rates = {name: bench.match_rate(fn, sets) for name, fn in fns.items()}
+    rates = {}
+    for name, fn in fns.items():
+        try:
+            rates[name] = bench.match_rate(fn, sets)
+        except ValueError as e:
+            print(f"  {name} refuses {label(N, D, K)}: {e}", flush=True)
+    fns = {name: fn for name, fn in fns.items() if name in rates}
     baseline = BASELINE if BASELINE in fns else next(iter(fns))
     cmp = timing.compare(fns, sets, baseline=baseline, rounds=rounds, calls=calls, warmup=warmup, clock=clock)
     frame = cmp.frame({"N": N, "D": D, "K": K}, also=references(fns), flops=2.0 * N * D * K, match_rate=rates)

@@ -65,6 +65,17 @@ def test_measured_rows_carry_the_floor_ratios_and_rounds():
     assert kernel.x_floor == pytest.approx(kernel.ms_median / kernel.floor_ms)        # one sample per round
 
 
+def test_a_contender_that_refuses_the_shape_is_left_out_of_it(capsys):
+    sets = cpu_sets()
+
+    def refuses(x, c, c_sq):
+        raise ValueError("its ring cannot hold this D")
+    fns = {"ours/auto": lambda x, c, c_sq: reference.assign(x, c, c_sq), "ours/lean_ping_pong": refuses}
+    frame = floor_bench.measure(fns, sets, rounds=2, calls=1, warmup=0)
+    assert set(frame.kernel + "/" + frame.variant) == {"ours/auto"}
+    assert "ours/lean_ping_pong refuses 256x16x8: its ring cannot hold this D" in capsys.readouterr().out
+
+
 def test_rows_survive_the_table_and_give_the_tables(tmp_path, monkeypatch):
     monkeypatch.setattr(records, "_static_provenance", lambda: (("gpu", "NVIDIA H200"), ("sm_count", 132),
                                                                  ("driver", ""), ("torch", ""), ("cutlass_dsl", "")))
