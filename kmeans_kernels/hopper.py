@@ -38,15 +38,15 @@ Variants (the tutorial's steps):
                     WGMMAs (two named barriers), so one folds tile t while the other's WGMMAs for tile t
                     run, and they give ring slots back one by one. ``auto`` picks it where that wins on
                     the H200 (``auto_variant``).
-``lean_ping_pong``  ``lean_select`` with the two consumer warpgroups taking turns at the tensor cores, as in
-                    ``wide``, on 128-wide tiles with two CTAs per SM (not at D 208-256 or past 448:
-                    ``ping_pong_fits``): one warpgroup folds tile t
-                    while the other's WGMMAs for tile t run, instead of both waiting for one MMA and then
-                    folding at once. What ``auto`` runs at D <= 128.
 ``lean_select``     ``norm_broadcast`` with the ``pairs`` scan (:func:`kmeans_kernels.reduce.scan_pairs`): each
                     chain takes two scores per step through one FMNMX, and column indices are immediates
                     relative to the tile, about 0.56 fewer instructions per score in the SASS (5.7 -> 5.1 at
-                    D = 64). What ``auto`` runs at 128 < D where it does not run ``wide``.
+                    D = 64). What ``auto`` runs at D > 128 where it does not run ``wide``.
+``lean_ping_pong``  ``lean_select`` with the two consumer warpgroups taking turns at the tensor cores, as in
+                    ``wide``, on 128-wide tiles with two CTAs per SM (not at D 208-256 or past 448:
+                    ``ping_pong_fits``): one warpgroup folds tile t while the other's WGMMAs for tile t run,
+                    instead of both waiting for one MMA and then folding at once. What ``auto`` runs at
+                    D <= 128.
 """
 from __future__ import annotations
 
