@@ -125,6 +125,14 @@ def test_at_a_few_wave_shape_the_planner_carries_the_neighbours_over():
     assert fitted.choose(384, 5120, 10240) == TIED[1]
 
 
+def test_few_waves_skips_the_plan_only_where_the_plan_would_agree():
+    sizes = (16, 256, 384, 1000, 1536, 2048, 2304, 3000, 4096, 5120)
+    for M in sizes:
+        for N in sizes:
+            planned = rule._plan_waves(configs.HOPPER_FALLBACK, M, N) < rule.FEW_WAVES
+            assert rule.few_waves(M, N) == planned, (M, N)
+
+
 def test_the_planned_time_of_stream_k_splits_the_last_wave_evenly():
     name = "128 stream-k cluster1"
     o = configs.HOPPER_CANDIDATES[name]
