@@ -108,9 +108,10 @@ def few_waves(M: int, N: int) -> bool:
     """Whether the default candidate's plan of an M x N output has under FEW_WAVES waves (`waves.Plan.waves`).
     A balanced plan only re-cuts wide tiles into more narrow ones, so it has at least the uniform tile count:
     where that alone reaches FEW_WAVES the answer needs no plan (planning 16384^2 costs ~0.1 s of host time)."""
-    o = configs.HOPPER_CANDIDATES[configs.HOPPER_FALLBACK]
+    from gemm_kernels import waves
     from workbook import gpus
-    slots = (gpus.current() or gpus.H200).sm_count // o.cluster_m
+    o = configs.HOPPER_CANDIDATES[configs.HOPPER_FALLBACK]
+    slots = waves.slots_for(gpus.current() or gpus.H200, o.cluster_m)     # the planner's own slots
     if math.ceil(M / (o.tile_m * o.cluster_m)) * math.ceil(N / o.tile_n) >= FEW_WAVES * slots:
         return False
     return _plan_waves(configs.HOPPER_FALLBACK, M, N) < FEW_WAVES

@@ -85,11 +85,12 @@ def _accepts(x, c, c_sq, out) -> bool:
     if D != D_c or D % D_MULTIPLE or not (D_MULTIPLE <= D <= D_MAX and 0 < N <= MAX_ROWS and 0 < K <= MAX_ROWS):
         return False
     device = x.get_device()
-    if c.get_device() != device or not (x.is_contiguous() and c.is_contiguous()) or (x.data_ptr() | c.data_ptr()) % 16:
+    if c.get_device() != device or not (x.is_contiguous() and c.is_contiguous()) \
+            or x.data_ptr() % ALIGN["x"] or c.data_ptr() % ALIGN["c"]:
         return False
-    for t, dt, n in ((c_sq, torch.float32, K), (out, torch.int32, N)):
+    for name, t, dt, n in (("c_sq", c_sq, torch.float32, K), ("out", out, torch.int32, N)):
         if t is not None and (type(t) is not torch.Tensor or t.dtype is not dt or t.shape != (n,)
-                              or t.get_device() != device or not t.is_contiguous() or t.data_ptr() % 4):
+                              or t.get_device() != device or not t.is_contiguous() or t.data_ptr() % ALIGN[name]):
             return False
     return True
 

@@ -127,7 +127,6 @@ def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N) -> bool:
     return stages_for(D, block_n) >= _d_padded(D) // BLOCK_D
 
 
-
 def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:
     """2 while half an SM holds the kernel: the point tile and a MIN_STAGES_TWO_CTAS-deep ring in shared
     memory (D <= 256 for 16-bit inputs), and registers for 2 x 288 threads (at most 112 each), which a
