@@ -65,6 +65,7 @@ def fake_graphs(monkeypatch, capturing):
         return f"graph{log['captured'][-1]}"
 
     monkeypatch.setattr(launch, "capture_graph", capture)
+    monkeypatch.setattr(launch, "record_launch", lambda launch_on, addresses: None)   # graphs, not records
     monkeypatch.setattr(launch, "graph_launch", lambda g, stream: log["replayed"].append((g, stream)))
     monkeypatch.setattr(launch, "graph_destroy", log["destroyed"].append)
     return log
@@ -185,6 +186,7 @@ def test_failed_capture_warns_once_and_launches_directly(monkeypatch, capturing)
         raise RuntimeError("capture not supported")
 
     monkeypatch.setattr(launch, "capture_graph", broken)
+    monkeypatch.setattr(launch, "record_launch", lambda launch_on, addresses: broken(launch_on))
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, graphs=True, capture_after=2)
     cache("a", lambda s: ("a", s), stream=3)
@@ -194,6 +196,127 @@ def test_failed_capture_warns_once_and_launches_directly(monkeypatch, capturing)
     cache("b", lambda s: ("b", s), stream=3)     # no second warning: graphs are off for this cache now
     assert not cache.graphs
     assert fake.launched == ["exe('a', 3)"] * 2 + ["exe('b', 3)"] * 2
+
+
+# ------------------------------------------------------------------ recorded launches
+
+def _word(address: int) -> bytes:
+    return address.to_bytes(8, "little")
+
+
+def test_find_slots_takes_a_pointer_found_once_in_a_small_parameter():
+    params = [b"\0" * 128, _word(0xA0) + b"\1" * 8, b"\2" * 8 + _word(0xB0)]
+    assert launch.find_slots(params, [0xA0, 0xB0]) == [(1, 0), (2, 8)]
+    assert launch.find_slots(params, []) == []
+    assert launch.find_slots(params, [0xC0]) is None                      # nowhere
+    twice = params + [_word(0xA0)]
+    assert launch.find_slots(twice, [0xA0]) is None                       # a coincidence cannot be told apart
+    in_descriptor = [_word(0xD0) + b"\0" * 120, _word(0xA0)]
+    assert launch.find_slots(in_descriptor, [0xD0]) is None               # inside a 128-byte (TMA) descriptor
+    assert launch.find_slots(params, [0xA0, 0xA0]) is None                # two pointers, one place
+    unaligned = [b"\0" * 4 + _word(0xA0) + b"\0" * 4]
+    assert launch.find_slots(unaligned, [0xA0]) is None                   # only 8-byte aligned words
+
+
+@pytest.fixture
+def fake_records(monkeypatch, capturing):
+    """record_launch and kernel_launch stood in for: a capture launches on the side stream and records a kernel
+    whose parameters are the key's values as 8-byte words (so every pointer of the key can be found); each
+    launch logs the parameters' bytes as the driver would copy them. Captured at the second sighting."""
+    log = {"recorded": [], "launched": []}
+    monkeypatch.setattr(launch, "CAPTURE_AFTER", 2)
+    records = {}
+
+    def record(launch_on, addresses, words=None):
+        launch_on(CAPTURE_STREAM)
+        params = [_word(v) for v in (words or log["next_words"])]
+        found = launch.find_slots(params, addresses) if log.get("reaim", True) else None
+        rec = launch.Recorded(len(log["recorded"]), (1, 1, 1, 32, 1, 1, 0), params, found or ())
+        records[rec.params] = rec
+        log["recorded"].append(tuple(addresses))
+        return rec
+
+    def kernel_launch(func, dims, params, stream):
+        rec = records[params]
+        log["launched"].append((func, stream, tuple(int.from_bytes(rec.parameter(i), "little")
+                                                    for i in range(len(rec._buffers)))))
+
+    monkeypatch.setattr(launch, "record_launch", record)
+    monkeypatch.setattr(launch, "kernel_launch", kernel_launch)
+    monkeypatch.setattr(launch, "capture_graph", lambda launch_on: pytest.fail("a graph where a record serves"))
+    return log
+
+
+def _call(cache, log, key, stream=5):
+    log["next_words"] = key
+    cache(key, lambda s: (*key, s), stream=stream)
+
+
+def test_a_recorded_launch_is_re_aimed_at_every_new_output(fake_records):
+    """A fresh output at every call (a benchmark's interleaved contenders, a user's loop without out=) must
+    still be a relaunch after the capture: sightings are counted without the re-aimable pointers, and each
+    launch carries the call's own addresses."""
+    fake = FakeCompiled()
+    cache = launch.LaunchCache(fake, graphs=True, pointers=3, reaimable=(2,))
+    _call(cache, fake_records, (0x10, 0x20, 0x30, 7))           # first sighting: the template
+    _call(cache, fake_records, (0x10, 0x20, 0x31, 7))           # another output, same base: captured, recorded
+    for out in (0x32, 0x33, 0x30):
+        _call(cache, fake_records, (0x10, 0x20, out, 7))
+    assert fake_records["recorded"] == [(0x31,)]
+    assert [w for _, _, w in fake_records["launched"]] == [(0x10, 0x20, out, 7) for out in (0x31, 0x32, 0x33, 0x30)]
+    assert {s for _, s, _ in fake_records["launched"]} == {5}
+    assert fake.launched == [f"exe{(0x10, 0x20, 0x30, 7, 5)}", f"exe{(0x10, 0x20, 0x31, 7, CAPTURE_STREAM)}"]
+    assert cache.counts == {"first": 1, "captured": 1, "replayed": 4, "direct": 0}
+    _call(cache, fake_records, (0x11, 0x20, 0x30, 7))           # another input: its own sightings, its own record
+    _call(cache, fake_records, (0x11, 0x20, 0x34, 7))
+    assert fake_records["recorded"] == [(0x31,), (0x34,)] and fake_records["launched"][-1][0] == 1
+
+
+def test_a_recorded_launch_serves_the_callers_capture_as_a_plain_launch(fake_records, capturing):
+    """Inside the caller's torch.cuda.graph a recorded launch is a kernel node of theirs like any launch; no
+    capture of ours starts there."""
+    cache = launch.LaunchCache(FakeCompiled(), graphs=True, pointers=2, reaimable=(1,))
+    _call(cache, fake_records, (0x10, 0x20))
+    _call(cache, fake_records, (0x10, 0x21))
+    capturing.add(5)
+    _call(cache, fake_records, (0x10, 0x22))                    # recorded: relaunched, re-aimed
+    _call(cache, fake_records, (0x40, 0x22))                    # new base, repeated: templates only
+    _call(cache, fake_records, (0x40, 0x23))
+    assert fake_records["recorded"] == [(0x21,)]
+    assert [w for _, _, w in fake_records["launched"]] == [(0x10, 0x21), (0x10, 0x22)]
+    assert cache.counts["direct"] == 1 and cache.counts["first"] == 2
+
+
+def test_a_record_whose_pointers_are_not_found_keys_by_every_value(fake_records):
+    """Where the parameters do not show the re-aimable pointers (found nowhere, or twice), the cache stops
+    re-aiming: what it recorded serves its own addresses only, and other outputs count their own sightings."""
+    fake_records["reaim"] = False
+    cache = launch.LaunchCache(FakeCompiled(), graphs=True, pointers=2, reaimable=(1,))
+    _call(cache, fake_records, (0x10, 0x20))
+    _call(cache, fake_records, (0x10, 0x21))                    # captured; no slots: keyed by (0x10, 0x21)
+    _call(cache, fake_records, (0x10, 0x21))                    # relaunched as it was
+    _call(cache, fake_records, (0x10, 0x22))                    # a new full key: first sighting, template
+    assert not cache._reaiming and fake_records["recorded"] == [(0x21,)]
+    assert [w for _, _, w in fake_records["launched"]] == [(0x10, 0x21)] * 2
+    assert cache.counts == {"first": 2, "captured": 1, "replayed": 2, "direct": 0}
+
+
+def test_a_capture_that_is_not_one_kernel_becomes_a_graph_and_recording_stops(fake_graphs, monkeypatch):
+    tried = []
+    monkeypatch.setattr(launch, "record_launch", lambda launch_on, addresses: tried.append(addresses))
+    cache = launch.LaunchCache(FakeCompiled(), graphs=True, pointers=2, reaimable=(1,))
+    for key in ((1, 2), (1, 3), (1, 3), (4, 5), (4, 5)):
+        cache(key, lambda s, key=key: (*key, s), stream=0)
+    assert tried == [(3,)]                                     # one attempt; graphs from then on
+    assert fake_graphs["captured"] == [0, 1]
+    assert fake_graphs["replayed"] == [("graph0", 0), ("graph0", 0), ("graph1", 0)]
+
+
+def test_reaimable_must_name_pointer_positions():
+    with pytest.raises(ValueError, match="reaimable"):
+        launch.LaunchCache(FakeCompiled(), pointers=2, reaimable=(2,))
+    with pytest.raises(ValueError, match="reaimable"):
+        launch.LaunchCache(FakeCompiled(), pointers=2, reaimable=(1, 1))
 
 
 @pytest.fixture
@@ -464,3 +587,63 @@ def test_an_argument_set_is_captured_at_its_capture_after_th_sighting(fake_graph
     assert launch.LaunchCache(fake).capture_after == launch.CAPTURE_AFTER == 2   # the fixture's, by default
     with pytest.raises(ValueError, match="capture_after >= 2"):
         launch.LaunchCache(fake, capture_after=1)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_recorded_launch_relaunches_the_captured_kernel():
+    """record_launch / Recorded.launch on a torch kernel: capturing runs nothing, each relaunch runs the kernel
+    once on the stream it is given; a capture of two kernels is not one launch and is not recorded."""
+    x = torch.zeros(4, device="cuda")
+
+    def enqueue(stream):
+        with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
+            x.add_(1)
+
+    rec = launch.record_launch(enqueue)
+    torch.cuda.synchronize()
+    assert rec is not None and x.tolist() == [0.0] * 4
+    s = torch.cuda.Stream()
+    for _ in range(3):
+        rec.launch(s.cuda_stream)
+    s.synchronize()
+    assert x.tolist() == [3.0] * 4
+
+    def twice(stream):
+        enqueue(stream)
+        enqueue(stream)
+    assert launch.record_launch(twice) is None
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_kmeans_fresh_outputs_are_served_by_one_recorded_launch():
+    """kmeans_kernels.assign with a new output at every call (all held alive, so no address repeats): one
+    capture, then relaunches re-aimed at each output, every answer the reference's; inside the caller's
+    torch.cuda.graph the recorded launch is a node of theirs and writes the output it was given."""
+    import kmeans_kernels
+    from kmeans_kernels import hopper, reference
+    g = torch.Generator(device="cuda").manual_seed(5)
+    N, D, K = 1000, 64, 300
+    x = torch.randint(-4, 5, (N, D), device="cuda", generator=g).to(torch.bfloat16)
+    c = torch.randint(-4, 5, (K, D), device="cuda", generator=g).to(torch.bfloat16)
+    c_sq = reference.centroid_norms(c)
+    want = reference.assign(x, c)
+    cache = hopper._launches("lean_select", D, torch.bfloat16, x.get_device())
+    before = dict(cache.counts)
+    outs = [torch.full((N,), -7, dtype=torch.int32, device="cuda") for _ in range(3 * launch.CAPTURE_AFTER)]
+    for out in outs:
+        kmeans_kernels.assign(x, c, variant="lean_select", c_sq=c_sq, out=out)
+    torch.cuda.synchronize()
+    assert all(torch.equal(out, want) for out in outs)
+    done = {k: cache.counts[k] - before[k] for k in cache.counts}
+    assert done["captured"] <= 1 and done["replayed"] >= len(outs) - launch.CAPTURE_AFTER
+    mine = torch.full((N,), -7, dtype=torch.int32, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kmeans_kernels.assign(x, c, variant="lean_select", c_sq=c_sq, out=mine)
+    torch.cuda.synchronize()
+    assert (mine == -7).all()                      # captured, not run
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(mine, want)

@@ -1,7 +1,10 @@
-"""Nsight Compute on the k-means steps 1-3 at one shape: stall reasons and issue-slot use (one device call).
+"""Nsight Compute on the k-means steps 1-3 at one shape, or on the library's variants at several: stall reasons,
+issue-slot use, occupancy (one device call).
 
     python tools/ncu_kmeans_steps.py                      # -> data/measured/h200/kmeans_steps_ncu.txt
     python tools/ncu_kmeans_steps.py --shape 65536,128,4096 --out /tmp/ncu.txt
+    python tools/ncu_kmeans_steps.py --variants lean_ping_pong,lean_select --shape 65536,64,16384 262144,128,4096 \
+        --out /tmp/ncu_variants.txt                       # kmeans_kernels.hopper's variants, each shape it takes
 
 Runs itself under `ncu --clock-control none --profile-from-start off --metrics ...` (`--child`): the kernels are
 compiled and warmed up before the profiler window opens, then each is launched once inside it, after a
@@ -25,21 +28,54 @@ STEPS = ("step1_serial", "step2_ilp2", "step3_norm_broadcast")
 DEFAULT_OUT = ROOT / "data" / "measured" / "h200" / "kmeans_steps_ncu.txt"
 
 
-def child(shape) -> None:
+# what a variant run adds to the steps' metrics: where occupancy stops, and which pipes the scan keeps busy
+VARIANT_METRICS = ("launch__occupancy_limit_registers", "launch__occupancy_limit_shared_mem",
+                   "launch__registers_per_thread", "sm__warps_active.avg.pct_of_peak_sustained_active",
+                   "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active",
+                   "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active",
+                   "sm__pipe_shared_cycles_active.avg.pct_of_peak_sustained_active")
+
+
+def _contenders(shapes, variants):
+    """(label, shape, call) for each step at the one shape, or each variant at each shape it takes."""
+    from kmeans_kernels import hopper
+    from workbook import stepper
+    if not variants:
+        steps = {name: stepper.load(f"kmeans_kernels.steps.{name}") for name in STEPS}
+        return [(name, shapes[0], module.assign) for name, module in steps.items()]
+    out = []
+    for shape in shapes:
+        for variant in variants:
+            try:
+                hopper.check_variant(variant, shape[1])
+            except ValueError as e:
+                print(f"skipped {variant} at {shape}: {e}", file=sys.stderr)
+                continue
+            out.append((variant, shape, lambda x, c, c_sq, v=variant: _run_variant(v, x, c, c_sq)))
+    return out
+
+
+def _run_variant(variant, x, c, c_sq):
+    import torch
+    from kmeans_kernels import hopper
+    out = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
+    hopper.run(variant, x, c, c_sq, out)
+    return out
+
+
+def child(shapes, variants) -> None:
     import torch
     from kmeans_kernels import bench
-    from workbook import stepper
-    N, D, K = shape
-    x, c, c_sq = bench.input_sets(N, D, K)[0]
-    steps = {name: stepper.load(f"kmeans_kernels.steps.{name}") for name in STEPS}
+    contenders = _contenders(shapes, variants)
+    inputs = {shape: bench.input_sets(*shape)[0] for shape in {s for _, s, _ in contenders}}
     for _ in range(2):
-        for module in steps.values():
-            module.assign(x, c, c_sq)
+        for _, shape, call in contenders:
+            call(*inputs[shape])
     torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStart()
-    for name, module in steps.items():
+    for name, (N, D, K), call in contenders:
         print(f"profiled: {name} {N}x{D}x{K}", file=sys.stderr, flush=True)
-        module.assign(x, c, c_sq)
+        call(*inputs[N, D, K])
         torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
 
@@ -56,13 +92,18 @@ def known_metrics(ncu: str, wanted) -> list[str]:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", default="262144,128,4096", help="N,D,K (default: 262144,128,4096)")
+    ap.add_argument("--shape", nargs="+", default=["262144,128,4096"],
+                    help="N,D,K (default: 262144,128,4096); several with --variants")
+    ap.add_argument("--variants", default="", help="comma-separated kmeans_kernels.hopper variants instead of the steps")
     ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
-    shape = tuple(int(v) for v in args.shape.split(","))
+    shapes = [tuple(int(v) for v in shape.split(",")) for shape in args.shape]
+    variants = [v for v in args.variants.split(",") if v]
+    if len(shapes) > 1 and not variants:
+        ap.error("several shapes need --variants (the steps are profiled at one shape)")
     if args.child:
-        child(shape)
+        child(shapes, variants)
         return 0
     ncu = shutil.which("ncu")
     if ncu is None:
@@ -73,20 +114,23 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    program = [sys.executable, str(Path(__file__).resolve()), "--child", "--shape", args.shape]
+    program = [sys.executable, str(Path(__file__).resolve()), "--child", "--shape", *args.shape,
+               "--variants", args.variants]
+    wanted = list(evidence.METRICS) + (list(VARIANT_METRICS) if variants else [])
     minimal = ["gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second",
                "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"]
     # every metric; else those this ncu lists; else the ones known to work here plus the warp-state and
     # scheduler sections (human-readable lines: the report is kept, the table below may then be short)
-    attempts = [(list(evidence.METRICS), []), (known_metrics(ncu, evidence.METRICS), []),
+    attempts = [(wanted, []), (known_metrics(ncu, wanted), []),
                 (minimal, ["--section", "WarpStateStats", "--section", "SchedulerStats"])]
     prov = records.provenance()
     for metrics, sections in attempts:
         cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
                *sections, *program]
         with args.out.open("w") as f:
-            f.write(f"# ncu of the k-means steps at {args.shape}: commit {prov['commit']}, {prov['date']}, "
-                    f"{prov['gpu']}; metrics: {len(metrics)} of {len(evidence.METRICS)}"
+            what = f"variants {args.variants}" if variants else "steps"
+            f.write(f"# ncu of the k-means {what} at {' '.join(args.shape)}: commit {prov['commit']}, {prov['date']}, "
+                    f"{prov['gpu']}; metrics: {len(metrics)} of {len(wanted)}"
                     f"{'; sections ' + ' '.join(sections[1::2]) if sections else ''}\n")
             f.flush()
             run = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)

@@ -19,15 +19,22 @@ What a call does, per argument set (keyed by the values it encodes and the strea
     training step) costs the compiled host code and no marshalling. With `pointers=0` every key has its own
     template (marshalled once per key);
   * repeats: from the template too, until the set's `capture_after`-th sighting (`CAPTURE_AFTER`); then it is
-    captured once into a CUDA graph (on a side stream, relaxed mode) and replayed from then on with
-    `cuGraphLaunch`, one driver call (with `graphs=False`: always from the template). The graph holds the
-    kernel's parameters by value, so equal keys must mean equal arguments. A graph is replayed in order with
-    its own earlier launches, so one argument set launched on two streams does not run concurrently;
+    captured once (on a side stream, relaxed mode) and launched from what was captured from then on (with
+    `graphs=False`: always from the template). Where the capture is one plain kernel launch, it is *recorded*:
+    the function, its dimensions and its parameters' bytes are read back from the graph and relaunched with
+    `cuLaunchKernel` (one driver call through ctypes). The key's `reaimable` pointers (an output, say: the
+    entries of the key at those positions) are found in those bytes and stored anew before each launch, so a
+    recorded launch serves every address they take, and sightings are counted without them. Anything else
+    (a cluster launch, several nodes, a driver that cannot describe the parameters) stays a CUDA graph, replayed
+    with `cuGraphLaunch` and keyed by every value. Either way the parameters are held by value, so equal keys
+    must mean equal arguments. A graph is replayed in order with its own earlier launches, so one argument set
+    launched on two streams does not run concurrently;
   * while the stream is capturing (the caller's `torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`):
-    launch from the template, so that the kernel becomes a node of the caller's graph. Starting a capture of
-    our own then would invalidate theirs.
+    a recorded launch as usual, else from the template, so that the kernel becomes a node of the caller's graph.
+    Starting a capture of our own then would invalidate theirs, so none starts.
 What it keeps: the last `size` keys seen and templates (host memory: ctypes values and integer addresses, never
-a tensor) and at most `max_graphs` executable graphs (device memory); the least recently used goes first.
+a tensor) and at most `max_graphs` recorded launches and executable graphs (device memory, for a graph); the
+least recently used goes first.
 Launches and captures run with the cache's `device` current, whatever the caller's current device is.
 If capture fails, the cache warns once and launches directly from then on; `WORKBOOK_LAUNCH_GRAPHS=0` turns
 graphs off.
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import operator
 import os
 import warnings
 from typing import Callable, Hashable, Sequence
@@ -56,12 +64,24 @@ class LaunchCache:
     CUDA graph for each argument set that repeats."""
 
     def __init__(self, compiled, size: int = 64, graphs: bool | None = None, *, device: int | None = None,
-                 max_graphs: int = 16, pointers: int = 0, capture_after: int | None = None):
+                 max_graphs: int = 16, pointers: int = 0, capture_after: int | None = None,
+                 reaimable: Sequence[int] = ()):
         capture_after = CAPTURE_AFTER if capture_after is None else capture_after
         if size < 1 or max_graphs < 1 or pointers < 0 or capture_after < 2:
             raise ValueError(f"size and max_graphs must be >= 1, pointers >= 0 and capture_after >= 2, got {size}, "
                              f"{max_graphs}, {pointers} and {capture_after}")
+        if len(set(reaimable)) != len(reaimable) or not all(0 <= i < pointers for i in reaimable):
+            raise ValueError(f"reaimable must name distinct pointer positions below pointers={pointers}, "
+                             f"got {tuple(reaimable)}")
         self.capture_after = capture_after
+        self.reaimable = tuple(sorted(reaimable))
+        # the key without its re-aimable entries, and those entries, as tuples (itemgetter: no Python loop)
+        self._base_of = _picker(lambda n: [i for i in range(n) if i not in self.reaimable])
+        self._aims_of = _picker(lambda n: list(self.reaimable))
+        # whether captures are still tried as recorded launches, and re-aimed: each goes off for good the first
+        # time a capture cannot be recorded, or recorded but not re-aimed (the parameters do not change shape)
+        self._recording = True
+        self._reaiming = bool(self.reaimable)
         self.compiled = compiled
         self.size = size
         self.max_graphs = max_graphs
@@ -79,17 +99,25 @@ class LaunchCache:
     def __call__(self, key: Hashable, make_args: Callable[[int], Sequence], stream: int) -> None:
         """Launch on `stream` (a raw handle) the call whose arguments `make_args(stream)` builds."""
         with on_device(self.device):
-            full_key = (key, stream)
+            full_key = (self._base_of(key), stream) if self._reaiming else (key, stream)
             graph = self._graphed.pop(full_key, None)
             sightings = 0
             if graph is not None:
                 self._graphed[full_key] = graph        # now the most recently used
+                if isinstance(graph, Recorded):        # a plain launch, on any stream, capturing or not
+                    self.counts["replayed"] += 1
+                    graph.launch(stream, self._aims_of(key) if graph.slots else ())
+                    return
             else:
                 sightings = self._seen.pop(full_key, 0) + 1
             due = graph is not None or sightings >= self.capture_after
             capturing = due and is_capturing(stream)   # (one driver call, only where it decides something)
             if graph is None and due and self.graphs and not capturing:
-                graph = self._capture(full_key, make_args)
+                graph = self._capture(full_key, key, make_args)
+                if isinstance(graph, Recorded):
+                    self.counts["replayed"] += 1
+                    graph.launch(stream, self._aims_of(key) if graph.slots else ())
+                    return
             if graph is not None and not capturing:
                 self.counts["replayed"] += 1
                 graph_launch(graph, stream)
@@ -98,6 +126,7 @@ class LaunchCache:
                 self._remember(full_key, sightings)
             self.counts["first" if sightings == 1 else "direct"] += 1
             self._template(key, make_args, stream).launch()
+
 
     def _remember(self, full_key, sightings: int) -> None:
         self._seen[full_key] = sightings
@@ -118,11 +147,27 @@ class LaunchCache:
             del self._templates[next(iter(self._templates))]
         return found
 
-    def _capture(self, full_key, make_args):
+    def _capture(self, full_key, key, make_args):
+        """A recorded launch where the capture is one plain kernel launch (re-aimable where the key's reaimable
+        pointers were found in its parameters), else an executable graph keyed by every value; None (and no more
+        captures) where capturing fails."""
         self.counts["captured"] += 1
+        # captured on a side stream: the arguments (which carry the stream) are built for that one
+        def enqueue(s):
+            _Launch(self.compiled, make_args(s)).launch()
         try:
-            # captured on a side stream: the arguments (which carry the stream) are built for that one
-            graph = capture_graph(lambda s: _Launch(self.compiled, make_args(s)).launch())
+            graph = None
+            if self._recording:
+                graph = record_launch(enqueue, self._aims_of(key) if self._reaiming else ())
+                self._recording = graph is not None
+            if graph is not None and self._reaiming and not graph.slots:
+                self._reaiming = False             # found nowhere: key by every value from now on
+                full_key = (key, full_key[1])
+            elif graph is None:
+                if self._reaiming:
+                    self._reaiming = False
+                    full_key = (key, full_key[1])
+                graph = capture_graph(enqueue)
         except Exception as e:   # capture unsupported here: launch directly from now on
             warnings.warn(f"CUDA graph capture failed ({e}); launching without graphs", RuntimeWarning)
             self.graphs = False
@@ -131,7 +176,9 @@ class LaunchCache:
         if len(self._graphed) > self.max_graphs:
             # never inside the caller's capture (we capture only outside one), which a destroy would invalidate
             oldest = next(iter(self._graphed))
-            graph_destroy(self._graphed.pop(oldest))
+            evicted = self._graphed.pop(oldest)
+            if not isinstance(evicted, Recorded):  # a recorded launch holds host memory only
+                graph_destroy(evicted)
             self._remember(oldest, self.capture_after - 1)   # captured again if it repeats
         return graph
 
@@ -141,6 +188,20 @@ class LaunchCache:
     @property
     def graph_count(self) -> int:
         return len(self._graphed)
+
+
+def _picker(positions: Callable[[int], list[int]]) -> Callable[[tuple], tuple]:
+    """key -> the tuple of its entries at `positions(len(key))`, one itemgetter per key length."""
+    getters: dict[int, Callable[[tuple], tuple]] = {}
+
+    def pick(key: tuple) -> tuple:
+        get = getters.get(len(key))
+        if get is None:
+            chosen = positions(len(key))
+            get = getters[len(key)] = (lambda k: ()) if not chosen else \
+                (lambda k, g=operator.itemgetter(*chosen): (g(k),)) if len(chosen) == 1 else operator.itemgetter(*chosen)
+        return get(key)
+    return pick
 
 
 class _Launch:
@@ -204,9 +265,9 @@ def is_capturing(stream: int) -> bool:
     return err != _SUCCESS or status != _NOT_CAPTURING
 
 
-def capture_graph(launch_on: Callable[[int], None]):
-    """Capture what `launch_on(stream)` enqueues on a side stream of the current device; the executable graph.
-    Relaxed capture mode, so that the first launch of a kernel may still load its module."""
+def _capture(launch_on: Callable[[int], None]):
+    """Capture what `launch_on(stream)` enqueues on a side stream of the current device; the graph (the caller
+    destroys it). Relaxed capture mode, so that the first launch of a kernel may still load its module."""
     device = torch.cuda.current_device()
     side = _capture_streams.get(device)
     if side is None:
@@ -219,11 +280,117 @@ def capture_graph(launch_on: Callable[[int], None]):
     except BaseException:
         cuda.cuStreamEndCapture(handle)   # leave the side stream usable; the launch's error is the news
         raise
-    graph = _check(cuda.cuStreamEndCapture(handle), "cuStreamEndCapture")
+    return _check(cuda.cuStreamEndCapture(handle), "cuStreamEndCapture")
+
+
+def capture_graph(launch_on: Callable[[int], None]):
+    """What `launch_on(stream)` enqueues, captured on a side stream (`_capture`): the executable graph."""
+    graph = _capture(launch_on)
     try:
         return _check(cuda.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
     finally:
         cuda.cuGraphDestroy(graph)        # the executable graph keeps its own copy
+
+
+class Recorded:
+    """One kernel launch read back from a capture: its function, grid, block and dynamic shared memory, and a
+    copy of every parameter's bytes, relaunched with `kernel_launch`. `slots`: where the re-aimable pointers sit
+    in those bytes, in the caller's order (empty: none to re-aim)."""
+
+    def __init__(self, func: int, dims: Sequence[int], params: Sequence[bytes],
+                 slots: Sequence[tuple[int, int]] = ()):
+        self.func, self.dims = func, tuple(dims)
+        self._buffers = [ctypes.create_string_buffer(bytes(b), len(b)) for b in params]
+        self._array = (ctypes.c_void_p * len(self._buffers))(*map(ctypes.addressof, self._buffers))
+        self.params = ctypes.addressof(self._array)
+        self.slots = [ctypes.c_uint64.from_buffer(self._buffers[i], offset) for i, offset in slots]
+
+    def parameter(self, index: int) -> bytes:
+        return self._buffers[index].raw
+
+    def launch(self, stream: int, addresses: Sequence[int] = ()) -> None:
+        """Store `addresses` in the slots (the driver copies the parameters at the launch), then launch."""
+        for slot, address in zip(self.slots, addresses):
+            slot.value = address
+        kernel_launch(self.func, self.dims, self.params, stream)
+
+
+# The largest parameter a re-aimed pointer may sit in: a pointer or a small tensor descriptor (pointer, shape,
+# strides), never a 128-byte TMA descriptor, whose address field is the driver's encoding, not ours to rewrite.
+SLOT_PARAM_MAX_BYTES = 64
+
+
+def find_slots(params: Sequence[bytes], addresses: Sequence[int]) -> list[tuple[int, int]] | None:
+    """(parameter, byte offset) of each address among the parameters' 8-byte aligned words: found exactly once in
+    all of them, in a parameter of at most SLOT_PARAM_MAX_BYTES, at distinct places; else None (a coincidence
+    or an encoded copy could not be told from the pointer)."""
+    slots = []
+    for address in addresses:
+        word = address.to_bytes(8, "little")
+        hits = [(i, o) for i, b in enumerate(params) for o in range(0, len(b) - 7, 8) if b[o:o + 8] == word]
+        if len(hits) != 1 or len(params[hits[0][0]]) > SLOT_PARAM_MAX_BYTES or hits[0] in slots:
+            return None
+        slots.append(hits[0])
+    return slots
+
+
+def record_launch(launch_on: Callable[[int], None], addresses: Sequence[int] = ()) -> Recorded | None:
+    """What `launch_on(stream)` enqueues, captured (`_capture`) and read back as a Recorded launch, its slots at
+    `addresses` (empty where they are not found once each: `find_slots`). None where the capture is anything
+    but one kernel launch without a cluster or cooperative launch (`cuLaunchKernel` would drop those), or where
+    the driver cannot list the parameters."""
+    graph = _capture(launch_on)
+    try:
+        return _read_kernel(graph, addresses)
+    finally:
+        cuda.cuGraphDestroy(graph)
+
+
+def _read_kernel(graph, addresses: Sequence[int]) -> Recorded | None:
+    err, _, count = cuda.cuGraphGetNodes(graph, 0)
+    if err != _SUCCESS or count != 1:
+        return None
+    node = _check(cuda.cuGraphGetNodes(graph, 1), "cuGraphGetNodes")[0]
+    if _check(cuda.cuGraphNodeGetType(node), "cuGraphNodeGetType") != cuda.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
+        return None
+    ids = cuda.CUlaunchAttributeID
+    err, cluster = cuda.cuGraphKernelNodeGetAttribute(node, ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
+    if err != _SUCCESS or max(cluster.clusterDim.x, cluster.clusterDim.y, cluster.clusterDim.z) > 1:
+        return None
+    err, cooperative = cuda.cuGraphKernelNodeGetAttribute(node, ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
+    if err != _SUCCESS or cooperative.cooperative:
+        return None
+    p = _check(cuda.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
+    func = p.func if int(p.func) else _check(cuda.cuKernelGetFunction(p.kern), "cuKernelGetFunction")
+    sizes = []
+    while True:
+        err, _, size = cuda.cuFuncGetParamInfo(func, len(sizes))
+        if err != _SUCCESS:
+            break
+        sizes.append(size)
+    if not sizes or not p.kernelParams:
+        return None
+    params = [ctypes.string_at(ctypes.c_void_p.from_address(p.kernelParams + 8 * i).value, size)
+              for i, size in enumerate(sizes)]
+    dims = (p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes)
+    return Recorded(int(func), dims, params, find_slots(params, addresses) or ())
+
+
+_cuLaunchKernel = None
+
+
+def kernel_launch(func: int, dims: Sequence[int], params: int, stream: int) -> None:
+    """cuLaunchKernel(func, *dims, stream, params, NULL) straight through ctypes: a fraction of the microseconds
+    that cuda-python's argument conversion or the compiled host code (which also encodes TMA descriptors) cost."""
+    global _cuLaunchKernel
+    if _cuLaunchKernel is None:
+        f = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
+        f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
+        f.restype = ctypes.c_int
+        _cuLaunchKernel = f
+    err = _cuLaunchKernel(func, *dims, stream, params, None)
+    if err:
+        raise RuntimeError(f"cuLaunchKernel failed: {cuda.CUresult(err)}")
 
 
 def graph_launch(graph_exec, stream: int) -> None:
