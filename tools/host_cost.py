@@ -4,6 +4,7 @@ and the GPU's kernel time per call (CUPTI, through `gemm_kernels.sweep.gpu_ms`).
     python tools/host_cost.py                      # GEMM, ours against torch.matmul: 1024^3 and 16x8192x4096
     python tools/host_cost.py --shapes 2048x2048x2048 --calls 2000
     python tools/host_cost.py --kmeans             # assign(): host pieces, then GPU time per variant, 13 seed shapes
+    python tools/host_cost.py --kmeans-launch      # recorded launches against graphs and templates, fresh outputs
 
 Host pieces are each timed over `--calls` repetitions with time.perf_counter; "issue rate" is back-to-back calls
 with no synchronisation divided by their count (the host's rate, as long as the GPU keeps up).
@@ -70,14 +71,96 @@ def kmeans(calls: int, gpu_calls: int = 50) -> None:
         print(f"  {f'{N}x{D}x{K}':<18} {1e3 * floor.floor(N, D, K).ms:7.1f} {cells}", flush=True)
 
 
+LAUNCH_SHAPES = ((65536, 64, 512), (65536, 128, 512), (65536, 256, 512), (65536, 128, 4096))
+
+
+def host_us(fn, chunks: int = 30, per_chunk: int = 50) -> float:
+    """Host microseconds per call, the median over chunks of `per_chunk` calls each enqueued with no wait and
+    timed alone (the GPU drained between chunks, so a full launch queue never holds the host back)."""
+    times = []
+    for _ in range(chunks):
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(per_chunk):
+            fn()
+        times.append((time.perf_counter() - t) / per_chunk * 1e6)
+    torch.cuda.synchronize()
+    return sorted(times)[len(times) // 2]
+
+
+def kmeans_launch_paths(record: bool = True) -> None:
+    """The kernel `auto` runs, called as assign() calls it with an output from a ring of 16 (a new address at
+    every call, as when contenders interleave): through a cache that records launches and re-aims c_sq and out,
+    one that keeps a graph per address set, and one that launches every call from the template; then the first
+    two with one output (a Lloyd loop's), where both replay what they captured. Host time
+    per call (host_us), then both timings by `workbook.timing.compare` (interleaved rounds), recorded in
+    data/measured/h200/kmeans_launch_paths.csv."""
+    from kmeans_kernels import bench, hopper
+    from workbook import records, timing
+    # (cache options, outputs in the ring): a new output address at every call, and one output (a Lloyd loop)
+    paths = {"recorded": (dict(reaimable=(2, 3)), 16), "graph": (dict(record=False), 16),
+             "template": (dict(graphs=False), 16), "recorded_one_out": (dict(reaimable=(2, 3)), 1),
+             "graph_one_out": (dict(record=False), 1)}
+    frames = []
+    for N, D, K in LAUNCH_SHAPES:
+        sets = bench.input_sets(N, D, K)
+        variant = hopper.auto_variant(N, D, K)
+        dtype = sets[0][0].dtype
+        compiled = hopper._launches(variant, D, dtype, 0).compiled
+        turn = [0]
+
+        def call(x, c, c_sq, cache, ring):
+            turn[0] += 1
+            out = ring[turn[0] % len(ring)]
+            addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K)
+            cache(addrs, lambda s: hopper._args(dtype, *addrs, hopper.cuda.CUstream(s)), launch.stream_handle(0))
+            return out
+        fns = {}
+        for name, (kw, outs) in paths.items():
+            cache = launch.LaunchCache(compiled, device=0, pointers=4, **kw)
+            ring = [torch.empty(N, dtype=torch.int32, device="cuda") for _ in range(outs)]
+            fns[f"launch/{name}"] = lambda x, c, c_sq, cache=cache, ring=ring: call(x, c, c_sq, cache, ring)
+        want = torch.empty(N, dtype=torch.int32, device="cuda")
+        hopper.run(variant, *sets[0], want)
+        for name, fn in fns.items():
+            for _ in range(2 * launch.CAPTURE_AFTER):
+                got = fn(*sets[0])
+            torch.cuda.synchronize()
+            if not torch.equal(got, want):
+                raise AssertionError(f"{name} at {N}x{D}x{K} does not give hopper.run's answer")
+        host = {name.split("/")[1]: host_us(lambda fn=fn: fn(*sets[0])) for name, fn in fns.items()}
+        cmp = timing.compare(fns, sets, baseline="launch/graph", rounds=16)
+        frame = cmp.frame({"N": N, "D": D, "K": K}, flops=2.0 * N * D * K)
+        frame["host_us"] = [host[v] for v in frame.variant]
+        frame["auto_variant"] = variant
+        frames.append(frame)
+        print(f"  {N}x{D}x{K} ({variant}): host us per call " + ", ".join(f"{k} {v:.1f}" for k, v in host.items()),
+              flush=True)
+        for name, against in (("recorded", "graph"), ("template", "graph"), ("recorded_one_out", "graph_one_out")):
+            for t in (timing.KERNEL, timing.LATENCY):
+                r = cmp.ratio(f"launch/{name}", t, against=f"launch/{against}")
+                print(f"    {name} / {against}, {t:<8} {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] {r.verdict}", flush=True)
+    if record:
+        path = records.append("h200", "kmeans_launch_paths", pd_concat(frames))
+        print(f"wrote {path}")
+
+
+def pd_concat(frames):
+    import pandas as pd
+    return pd.concat(frames, ignore_index=True)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", type=shape_arg, nargs="+", default=[(1024, 1024, 1024), (16, 8192, 4096)])
     p.add_argument("--calls", type=int, default=3000)
+    p.add_argument("--kmeans-launch", action="store_true", help="recorded launches against graphs and templates")
     p.add_argument("--kmeans", action="store_true", help="the k-means assignment instead of the GEMM")
     args = p.parse_args(argv)
     if args.kmeans:
         return kmeans(args.calls)
+    if args.kmeans_launch:
+        return kmeans_launch_paths()
     for M, N, K in args.shapes:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)

@@ -65,7 +65,7 @@ class LaunchCache:
 
     def __init__(self, compiled, size: int = 64, graphs: bool | None = None, *, device: int | None = None,
                  max_graphs: int = 16, pointers: int = 0, capture_after: int | None = None,
-                 reaimable: Sequence[int] = ()):
+                 reaimable: Sequence[int] = (), record: bool = True):
         capture_after = CAPTURE_AFTER if capture_after is None else capture_after
         if size < 1 or max_graphs < 1 or pointers < 0 or capture_after < 2:
             raise ValueError(f"size and max_graphs must be >= 1, pointers >= 0 and capture_after >= 2, got {size}, "
@@ -80,8 +80,8 @@ class LaunchCache:
         self._aims_of = _picker(lambda n: list(self.reaimable))
         # whether captures are still tried as recorded launches, and re-aimed: each goes off for good the first
         # time a capture cannot be recorded, or recorded but not re-aimed (the parameters do not change shape)
-        self._recording = True
-        self._reaiming = bool(self.reaimable)
+        self._recording = record
+        self._reaiming = record and bool(self.reaimable)
         self.compiled = compiled
         self.size = size
         self.max_graphs = max_graphs
