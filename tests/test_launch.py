@@ -65,7 +65,7 @@ def fake_graphs(monkeypatch, capturing):
         return f"graph{log['captured'][-1]}"
 
     monkeypatch.setattr(launch, "capture_graph", capture)
-    monkeypatch.setattr(launch, "record_launch", lambda launch_on, addresses: None)   # graphs, not records
+    monkeypatch.setattr(launch, "capture_reaimable", lambda launch_on, addresses: None)   # plain graphs
     monkeypatch.setattr(launch, "graph_launch", lambda g, stream: log["replayed"].append((g, stream)))
     monkeypatch.setattr(launch, "graph_destroy", log["destroyed"].append)
     return log
@@ -186,7 +186,7 @@ def test_failed_capture_warns_once_and_launches_directly(monkeypatch, capturing)
         raise RuntimeError("capture not supported")
 
     monkeypatch.setattr(launch, "capture_graph", broken)
-    monkeypatch.setattr(launch, "record_launch", lambda launch_on, addresses: broken(launch_on))
+    monkeypatch.setattr(launch, "capture_reaimable", lambda launch_on, addresses: broken(launch_on))
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, graphs=True, capture_after=2)
     cache("a", lambda s: ("a", s), stream=3)
@@ -198,7 +198,7 @@ def test_failed_capture_warns_once_and_launches_directly(monkeypatch, capturing)
     assert fake.launched == ["exe('a', 3)"] * 2 + ["exe('b', 3)"] * 2
 
 
-# ------------------------------------------------------------------ recorded launches
+# ------------------------------------------------------------------ re-aimed graphs
 
 def _word(address: int) -> bytes:
     return address.to_bytes(8, "little")
@@ -219,31 +219,30 @@ def test_find_slots_takes_a_pointer_found_once_in_a_small_parameter():
 
 
 @pytest.fixture
-def fake_records(monkeypatch, capturing):
-    """record_launch and kernel_launch stood in for: a capture launches on the side stream and records a kernel
-    whose parameters are the key's values as 8-byte words (so every pointer of the key can be found); each
-    launch logs the parameters' bytes as the driver would copy them. Captured at the second sighting."""
-    log = {"recorded": [], "launched": []}
-    monkeypatch.setattr(launch, "CAPTURE_AFTER", 2)
-    records = {}
+def fake_reaim(monkeypatch, fake_graphs):
+    """capture_reaimable stood in for: a capture launches on the side stream and yields a graph of one kernel
+    whose parameters are the key's values as 8-byte words (so each pointer of the key can be found, unless
+    `found` is set False); each hand-over of new parameters is logged as the words the node then holds."""
+    log = fake_graphs
+    log.update(reaimable=[], set_params=[], found=True)
 
-    def record(launch_on, addresses, words=None):
+    def capture(launch_on, addresses):
         launch_on(CAPTURE_STREAM)
-        params = [_word(v) for v in (words or log["next_words"])]
-        found = launch.find_slots(params, addresses) if log.get("reaim", True) else None
-        rec = launch.Recorded(len(log["recorded"]), (1, 1, 1, 32, 1, 1, 0), params, found or ())
-        records[rec.params] = rec
-        log["recorded"].append(tuple(addresses))
-        return rec
+        params = [_word(v) for v in log["next_words"]]
+        slots = launch.find_slots(params, addresses) if log["found"] else None
+        log["reaimable"].append(tuple(addresses))
+        if slots is None:
+            return None
+        n = len(log["captured"])
+        log["captured"].append(n)
+        return launch.Reaimable(f"graph{n}", None, None, None, params, slots, addresses)
 
-    def kernel_launch(func, dims, params, stream):
-        rec = records[params]
-        log["launched"].append((func, stream, tuple(int.from_bytes(rec.parameter(i), "little")
-                                                    for i in range(len(rec._buffers)))))
+    def set_params(graph):
+        log["set_params"].append((graph.exec, tuple(int.from_bytes(graph.parameter(i), "little")
+                                                    for i in range(len(graph._buffers)))))
 
-    monkeypatch.setattr(launch, "record_launch", record)
-    monkeypatch.setattr(launch, "kernel_launch", kernel_launch)
-    monkeypatch.setattr(launch, "capture_graph", lambda launch_on: pytest.fail("a graph where a record serves"))
+    monkeypatch.setattr(launch, "capture_reaimable", capture)
+    monkeypatch.setattr(launch, "graph_set_kernel_params", set_params)
     return log
 
 
@@ -252,64 +251,57 @@ def _call(cache, log, key, stream=5):
     cache(key, lambda s: (*key, s), stream=stream)
 
 
-def test_a_recorded_launch_is_re_aimed_at_every_new_output(fake_records):
-    """A fresh output at every call (a benchmark's interleaved contenders, a user's loop without out=) must
-    still be a relaunch after the capture: sightings are counted without the re-aimable pointers, and each
-    launch carries the call's own addresses."""
+def test_a_graph_is_re_aimed_at_every_new_output(fake_reaim):
+    """A fresh output at every call (a benchmark's interleaved contenders, a user's loop without out=) must still
+    be a replay after the capture: sightings are counted without the re-aimable pointers, and a replay whose
+    output moved hands the node its new parameters first (only then)."""
     fake = FakeCompiled()
     cache = launch.LaunchCache(fake, graphs=True, pointers=3, reaimable=(2,))
-    _call(cache, fake_records, (0x10, 0x20, 0x30, 7))           # first sighting: the template
-    _call(cache, fake_records, (0x10, 0x20, 0x31, 7))           # another output, same base: captured, recorded
-    for out in (0x32, 0x33, 0x30):
-        _call(cache, fake_records, (0x10, 0x20, out, 7))
-    assert fake_records["recorded"] == [(0x31,)]
-    assert [w for _, _, w in fake_records["launched"]] == [(0x10, 0x20, out, 7) for out in (0x31, 0x32, 0x33, 0x30)]
-    assert {s for _, s, _ in fake_records["launched"]} == {5}
+    _call(cache, fake_reaim, (0x10, 0x20, 0x30, 7))           # first sighting: the template
+    _call(cache, fake_reaim, (0x10, 0x20, 0x31, 7))           # another output, same base: captured, replayed
+    for out in (0x32, 0x33, 0x33, 0x30):
+        _call(cache, fake_reaim, (0x10, 0x20, out, 7))
+    assert fake_reaim["reaimable"] == [(0x31,)] and fake_reaim["replayed"] == [("graph0", 5)] * 5
+    assert fake_reaim["set_params"] == [("graph0", (0x10, 0x20, out, 7)) for out in (0x32, 0x33, 0x30)]
     assert fake.launched == [f"exe{(0x10, 0x20, 0x30, 7, 5)}", f"exe{(0x10, 0x20, 0x31, 7, CAPTURE_STREAM)}"]
-    assert cache.counts == {"first": 1, "captured": 1, "replayed": 4, "direct": 0}
-    _call(cache, fake_records, (0x11, 0x20, 0x30, 7))           # another input: its own sightings, its own record
-    _call(cache, fake_records, (0x11, 0x20, 0x34, 7))
-    assert fake_records["recorded"] == [(0x31,), (0x34,)] and fake_records["launched"][-1][0] == 1
+    assert cache.counts == {"first": 1, "captured": 1, "replayed": 5, "direct": 0}
+    _call(cache, fake_reaim, (0x11, 0x20, 0x30, 7))           # another input: its own sightings, its own graph
+    _call(cache, fake_reaim, (0x11, 0x20, 0x34, 7))
+    assert fake_reaim["reaimable"] == [(0x31,), (0x34,)] and fake_reaim["replayed"][-1] == ("graph1", 5)
 
 
-def test_a_recorded_launch_serves_the_callers_capture_as_a_plain_launch(fake_records, capturing):
-    """Inside the caller's torch.cuda.graph a recorded launch is a kernel node of theirs like any launch; no
-    capture of ours starts there."""
-    cache = launch.LaunchCache(FakeCompiled(), graphs=True, pointers=2, reaimable=(1,))
-    _call(cache, fake_records, (0x10, 0x20))
-    _call(cache, fake_records, (0x10, 0x21))
+def test_inside_the_callers_capture_a_re_aimable_set_is_launched_from_its_template(fake_reaim, capturing):
+    fake = FakeCompiled()
+    cache = launch.LaunchCache(fake, graphs=True, pointers=2, reaimable=(1,))
+    _call(cache, fake_reaim, (0x10, 0x20))
+    _call(cache, fake_reaim, (0x10, 0x21))                    # graph0
     capturing.add(5)
-    _call(cache, fake_records, (0x10, 0x22))                    # recorded: relaunched, re-aimed
-    _call(cache, fake_records, (0x40, 0x22))                    # new base, repeated: templates only
-    _call(cache, fake_records, (0x40, 0x23))
-    assert fake_records["recorded"] == [(0x21,)]
-    assert [w for _, _, w in fake_records["launched"]] == [(0x10, 0x21), (0x10, 0x22)]
-    assert cache.counts["direct"] == 1 and cache.counts["first"] == 2
+    _call(cache, fake_reaim, (0x10, 0x22))                    # a node of the caller's graph, not a replay
+    assert fake.launched[-1] == f"exe{(0x10, 0x22, 5)}" and fake_reaim["set_params"] == []
+    capturing.clear()
+    _call(cache, fake_reaim, (0x10, 0x22))
+    assert fake_reaim["set_params"] == [("graph0", (0x10, 0x22))] and fake_reaim["replayed"][-1] == ("graph0", 5)
 
 
-def test_a_record_whose_pointers_are_not_found_keys_by_every_value(fake_records):
-    """Where the parameters do not show the re-aimable pointers (found nowhere, or twice), the cache stops
-    re-aiming: what it recorded serves its own addresses only, and other outputs count their own sightings."""
-    fake_records["reaim"] = False
+def test_pointers_not_found_key_the_cache_by_every_value(fake_reaim):
+    """Where the capture cannot be re-aimed (the pointers not found once each, several nodes, an old driver), it
+    becomes a plain graph of its own addresses, and the cache keys by every value from then on."""
+    fake_reaim["found"] = False
     cache = launch.LaunchCache(FakeCompiled(), graphs=True, pointers=2, reaimable=(1,))
-    _call(cache, fake_records, (0x10, 0x20))
-    _call(cache, fake_records, (0x10, 0x21))                    # captured; no slots: keyed by (0x10, 0x21)
-    _call(cache, fake_records, (0x10, 0x21))                    # relaunched as it was
-    _call(cache, fake_records, (0x10, 0x22))                    # a new full key: first sighting, template
-    assert not cache._reaiming and fake_records["recorded"] == [(0x21,)]
-    assert [w for _, _, w in fake_records["launched"]] == [(0x10, 0x21)] * 2
-    assert cache.counts == {"first": 2, "captured": 1, "replayed": 2, "direct": 0}
+    for key in ((0x10, 0x20), (0x10, 0x21), (0x10, 0x21), (0x10, 0x22), (0x10, 0x22)):
+        _call(cache, fake_reaim, key)
+    assert fake_reaim["reaimable"] == [(0x21,)] and not cache._reaiming    # one attempt
+    assert fake_reaim["captured"] == [0, 1] and fake_reaim["set_params"] == []
+    assert fake_reaim["replayed"] == [("graph0", 5), ("graph0", 5), ("graph1", 5)]
+    assert cache.counts == {"first": 2, "captured": 2, "replayed": 3, "direct": 0}
 
 
-def test_a_capture_that_is_not_one_kernel_becomes_a_graph_and_recording_stops(fake_graphs, monkeypatch):
-    tried = []
-    monkeypatch.setattr(launch, "record_launch", lambda launch_on, addresses: tried.append(addresses))
-    cache = launch.LaunchCache(FakeCompiled(), graphs=True, pointers=2, reaimable=(1,))
-    for key in ((1, 2), (1, 3), (1, 3), (4, 5), (4, 5)):
-        cache(key, lambda s, key=key: (*key, s), stream=0)
-    assert tried == [(3,)]                                     # one attempt; graphs from then on
-    assert fake_graphs["captured"] == [0, 1]
-    assert fake_graphs["replayed"] == [("graph0", 0), ("graph0", 0), ("graph1", 0)]
+def test_an_evicted_re_aimable_graph_is_destroyed(fake_reaim):
+    cache = launch.LaunchCache(FakeCompiled(), graphs=True, max_graphs=1, pointers=2, reaimable=(1,))
+    for key in ((0x10, 0x20), (0x10, 0x21), (0x11, 0x20), (0x11, 0x21)):
+        _call(cache, fake_reaim, key)
+    (destroyed,) = fake_reaim["destroyed"]
+    assert isinstance(destroyed, launch.Reaimable) and destroyed.exec == "graph0"
 
 
 def test_reaimable_must_name_pointer_positions():
@@ -591,36 +583,40 @@ def test_an_argument_set_is_captured_at_its_capture_after_th_sighting(fake_graph
 
 @pytest.mark.gpu
 @needs_cuda
-def test_a_recorded_launch_relaunches_the_captured_kernel():
-    """record_launch / Recorded.launch on a torch kernel: capturing runs nothing, each relaunch runs the kernel
-    once on the stream it is given; a capture of two kernels is not one launch and is not recorded."""
+def test_a_re_aimable_capture_reads_one_kernel_node():
+    """capture_reaimable on torch kernels: one kernel with no pointers asked for is re-aimable (no slots) and
+    replays; a pointer it cannot find, or a capture of two kernels, gives None."""
     x = torch.zeros(4, device="cuda")
 
     def enqueue(stream):
         with torch.cuda.stream(torch.cuda.ExternalStream(stream)):
             x.add_(1)
 
-    rec = launch.record_launch(enqueue)
-    torch.cuda.synchronize()
-    assert rec is not None and x.tolist() == [0.0] * 4
+    graph = launch.capture_reaimable(enqueue, ())
+    assert graph is not None and graph.slots == []
     s = torch.cuda.Stream()
     for _ in range(3):
-        rec.launch(s.cuda_stream)
+        graph.aim(())
+        launch.graph_launch(graph.exec, s.cuda_stream)
     s.synchronize()
     assert x.tolist() == [3.0] * 4
+    launch.graph_destroy(graph)
+    assert launch.capture_reaimable(enqueue, (0x1234560,)) is None
 
     def twice(stream):
         enqueue(stream)
         enqueue(stream)
-    assert launch.record_launch(twice) is None
+    assert launch.capture_reaimable(twice, ()) is None
+    torch.cuda.synchronize()
+    assert x.tolist() == [3.0] * 4                 # capturing ran nothing
 
 
 @pytest.mark.gpu
 @needs_cuda
-def test_kmeans_fresh_outputs_are_served_by_one_recorded_launch():
+def test_kmeans_fresh_outputs_are_served_by_one_re_aimed_graph():
     """kmeans_kernels.assign with a new output at every call (all held alive, so no address repeats): one
-    capture, then relaunches re-aimed at each output, every answer the reference's; inside the caller's
-    torch.cuda.graph the recorded launch is a node of theirs and writes the output it was given."""
+    capture, then replays re-aimed at each output, every answer the reference's; inside the caller's
+    torch.cuda.graph the kernel is a node of theirs and writes the output it was given."""
     import kmeans_kernels
     from kmeans_kernels import hopper, reference
     g = torch.Generator(device="cuda").manual_seed(5)

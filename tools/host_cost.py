@@ -4,7 +4,7 @@ and the GPU's kernel time per call (CUPTI, through `gemm_kernels.sweep.gpu_ms`).
     python tools/host_cost.py                      # GEMM, ours against torch.matmul: 1024^3 and 16x8192x4096
     python tools/host_cost.py --shapes 2048x2048x2048 --calls 2000
     python tools/host_cost.py --kmeans             # assign(): host pieces, then GPU time per variant, 13 seed shapes
-    python tools/host_cost.py --kmeans-launch      # recorded launches against graphs and templates, fresh outputs
+    python tools/host_cost.py --kmeans-launch      # re-aimed graphs against graphs per address set and templates, fresh outputs
 
 Host pieces are each timed over `--calls` repetitions with time.perf_counter; "issue rate" is back-to-back calls
 with no synchronisation divided by their count (the host's rate, as long as the GPU keeps up).
@@ -88,19 +88,18 @@ def host_us(fn, chunks: int = 30, per_chunk: int = 50) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def kmeans_launch_paths(record: bool = True) -> None:
+def kmeans_launch_paths(write: bool = True) -> None:
     """The kernel `auto` runs, called as assign() calls it with an output from a ring of 16 (a new address at
-    every call, as when contenders interleave): through a cache that records launches and re-aims c_sq and out,
-    one that keeps a graph per address set, and one that launches every call from the template; then the first
-    two with one output (a Lloyd loop's), where both replay what they captured. Host time
+    every call, as when contenders interleave): through a cache whose graphs re-aim c_sq and out, one that keeps
+    a graph per address set, and one that launches every call from the template; then the first two with one
+    output (a Lloyd loop's), where both replay their graphs as they are. Host time
     per call (host_us), then both timings by `workbook.timing.compare` (interleaved rounds), recorded in
     data/measured/h200/kmeans_launch_paths.csv."""
     from kmeans_kernels import bench, hopper
     from workbook import records, timing
     # (cache options, outputs in the ring): a new output address at every call, and one output (a Lloyd loop)
-    paths = {"recorded": (dict(reaimable=(2, 3)), 16), "graph": (dict(record=False), 16),
-             "template": (dict(graphs=False), 16), "recorded_one_out": (dict(reaimable=(2, 3)), 1),
-             "graph_one_out": (dict(record=False), 1)}
+    paths = {"reaimed": (dict(reaimable=(2, 3)), 16), "graph": ({}, 16), "template": (dict(graphs=False), 16),
+             "reaimed_one_out": (dict(reaimable=(2, 3)), 1), "graph_one_out": ({}, 1)}
     frames = []
     for N, D, K in LAUNCH_SHAPES:
         sets = bench.input_sets(N, D, K)
@@ -136,11 +135,11 @@ def kmeans_launch_paths(record: bool = True) -> None:
         frames.append(frame)
         print(f"  {N}x{D}x{K} ({variant}): host us per call " + ", ".join(f"{k} {v:.1f}" for k, v in host.items()),
               flush=True)
-        for name, against in (("recorded", "graph"), ("template", "graph"), ("recorded_one_out", "graph_one_out")):
+        for name, against in (("reaimed", "graph"), ("template", "graph"), ("reaimed_one_out", "graph_one_out")):
             for t in (timing.KERNEL, timing.LATENCY):
                 r = cmp.ratio(f"launch/{name}", t, against=f"launch/{against}")
                 print(f"    {name} / {against}, {t:<8} {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] {r.verdict}", flush=True)
-    if record:
+    if write:
         path = records.append("h200", "kmeans_launch_paths", pd_concat(frames))
         print(f"wrote {path}")
 
@@ -154,7 +153,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shapes", type=shape_arg, nargs="+", default=[(1024, 1024, 1024), (16, 8192, 4096)])
     p.add_argument("--calls", type=int, default=3000)
-    p.add_argument("--kmeans-launch", action="store_true", help="recorded launches against graphs and templates")
+    p.add_argument("--kmeans-launch", action="store_true", help="re-aimed graphs against graphs per address set and templates")
     p.add_argument("--kmeans", action="store_true", help="the k-means assignment instead of the GEMM")
     args = p.parse_args(argv)
     if args.kmeans:

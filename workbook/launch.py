@@ -19,22 +19,21 @@ What a call does, per argument set (keyed by the values it encodes and the strea
     training step) costs the compiled host code and no marshalling. With `pointers=0` every key has its own
     template (marshalled once per key);
   * repeats: from the template too, until the set's `capture_after`-th sighting (`CAPTURE_AFTER`); then it is
-    captured once (on a side stream, relaxed mode) and launched from what was captured from then on (with
-    `graphs=False`: always from the template). Where the capture is one plain kernel launch, it is *recorded*:
-    the function, its dimensions and its parameters' bytes are read back from the graph and relaunched with
-    `cuLaunchKernel` (one driver call through ctypes). The key's `reaimable` pointers (an output, say: the
-    entries of the key at those positions) are found in those bytes and stored anew before each launch, so a
-    recorded launch serves every address they take, and sightings are counted without them. Anything else
-    (a cluster launch, several nodes, a driver that cannot describe the parameters) stays a CUDA graph, replayed
-    with `cuGraphLaunch` and keyed by every value. Either way the parameters are held by value, so equal keys
-    must mean equal arguments. A graph is replayed in order with its own earlier launches, so one argument set
-    launched on two streams does not run concurrently;
+    captured once into a CUDA graph (on a side stream, relaxed mode) and replayed from then on with
+    `cuGraphLaunch`, one driver call (with `graphs=False`: always from the template). The graph holds the
+    kernel's parameters by value, so equal keys must mean equal arguments. A graph is replayed in order with
+    its own earlier launches, so one argument set launched on two streams does not run concurrently;
+  * re-aimed replays: the key's `reaimable` pointers (an output, say: the key's entries at those positions) are
+    left out of the key where the capture is one kernel node and each of them is found once among its
+    parameters (`find_slots`). A replay whose pointers differ from the graph's stores them there and hands the
+    node its new parameters (`cuGraphExecKernelNodeSetParams`), so a new output costs a replay, not a template
+    launch (a benchmark's interleaved contenders, a caller without `out=`). Where the pointers are not found,
+    the cache keys by every value from then on;
   * while the stream is capturing (the caller's `torch.cuda.graph`, or `torch.compile(mode="reduce-overhead")`):
-    a recorded launch as usual, else from the template, so that the kernel becomes a node of the caller's graph.
-    Starting a capture of our own then would invalidate theirs, so none starts.
+    launch from the template, so that the kernel becomes a node of the caller's graph. Starting a capture of
+    our own then would invalidate theirs.
 What it keeps: the last `size` keys seen and templates (host memory: ctypes values and integer addresses, never
-a tensor) and at most `max_graphs` recorded launches and executable graphs (device memory, for a graph); the
-least recently used goes first.
+a tensor) and at most `max_graphs` executable graphs (device memory); the least recently used goes first.
 Launches and captures run with the cache's `device` current, whatever the caller's current device is.
 If capture fails, the cache warns once and launches directly from then on; `WORKBOOK_LAUNCH_GRAPHS=0` turns
 graphs off.
@@ -65,7 +64,7 @@ class LaunchCache:
 
     def __init__(self, compiled, size: int = 64, graphs: bool | None = None, *, device: int | None = None,
                  max_graphs: int = 16, pointers: int = 0, capture_after: int | None = None,
-                 reaimable: Sequence[int] = (), record: bool = True):
+                 reaimable: Sequence[int] = ()):
         capture_after = CAPTURE_AFTER if capture_after is None else capture_after
         if size < 1 or max_graphs < 1 or pointers < 0 or capture_after < 2:
             raise ValueError(f"size and max_graphs must be >= 1, pointers >= 0 and capture_after >= 2, got {size}, "
@@ -78,10 +77,8 @@ class LaunchCache:
         # the key without its re-aimable entries, and those entries, as tuples (itemgetter: no Python loop)
         self._base_of = _picker(lambda n: [i for i in range(n) if i not in self.reaimable])
         self._aims_of = _picker(lambda n: list(self.reaimable))
-        # whether captures are still tried as recorded launches, and re-aimed: each goes off for good the first
-        # time a capture cannot be recorded, or recorded but not re-aimed (the parameters do not change shape)
-        self._recording = record
-        self._reaiming = record and bool(self.reaimable)
+        # off for good the first time a capture cannot be re-aimed (the parameters' layout is the function's)
+        self._reaiming = bool(self.reaimable)
         self.compiled = compiled
         self.size = size
         self.max_graphs = max_graphs
@@ -104,29 +101,23 @@ class LaunchCache:
             sightings = 0
             if graph is not None:
                 self._graphed[full_key] = graph        # now the most recently used
-                if isinstance(graph, Recorded):        # a plain launch, on any stream, capturing or not
-                    self.counts["replayed"] += 1
-                    graph.launch(stream, self._aims_of(key) if graph.slots else ())
-                    return
             else:
                 sightings = self._seen.pop(full_key, 0) + 1
             due = graph is not None or sightings >= self.capture_after
             capturing = due and is_capturing(stream)   # (one driver call, only where it decides something)
             if graph is None and due and self.graphs and not capturing:
                 graph = self._capture(full_key, key, make_args)
-                if isinstance(graph, Recorded):
-                    self.counts["replayed"] += 1
-                    graph.launch(stream, self._aims_of(key) if graph.slots else ())
-                    return
             if graph is not None and not capturing:
                 self.counts["replayed"] += 1
+                if isinstance(graph, Reaimable):
+                    graph.aim(self._aims_of(key))      # new parameters only where the pointers moved
+                    graph = graph.exec
                 graph_launch(graph, stream)
                 return
             if graph is None:
                 self._remember(full_key, sightings)
             self.counts["first" if sightings == 1 else "direct"] += 1
             self._template(key, make_args, stream).launch()
-
 
     def _remember(self, full_key, sightings: int) -> None:
         self._seen[full_key] = sightings
@@ -148,22 +139,15 @@ class LaunchCache:
         return found
 
     def _capture(self, full_key, key, make_args):
-        """A recorded launch where the capture is one plain kernel launch (re-aimable where the key's reaimable
-        pointers were found in its parameters), else an executable graph keyed by every value; None (and no more
-        captures) where capturing fails."""
+        """The executable graph of this call: re-aimable where the key has reaimable pointers and they are found
+        in its one kernel node's parameters, else a plain graph keyed by every value (and so from now on)."""
         self.counts["captured"] += 1
         # captured on a side stream: the arguments (which carry the stream) are built for that one
         def enqueue(s):
             _Launch(self.compiled, make_args(s)).launch()
         try:
-            graph = None
-            if self._recording:
-                graph = record_launch(enqueue, self._aims_of(key) if self._reaiming else ())
-                self._recording = graph is not None
-            if graph is not None and self._reaiming and not graph.slots:
-                self._reaiming = False             # found nowhere: key by every value from now on
-                full_key = (key, full_key[1])
-            elif graph is None:
+            graph = capture_reaimable(enqueue, self._aims_of(key)) if self._reaiming else None
+            if graph is None:
                 if self._reaiming:
                     self._reaiming = False
                     full_key = (key, full_key[1])
@@ -177,8 +161,7 @@ class LaunchCache:
             # never inside the caller's capture (we capture only outside one), which a destroy would invalidate
             oldest = next(iter(self._graphed))
             evicted = self._graphed.pop(oldest)
-            if not isinstance(evicted, Recorded):  # a recorded launch holds host memory only
-                graph_destroy(evicted)
+            graph_destroy(evicted)
             self._remember(oldest, self.capture_after - 1)   # captured again if it repeats
         return graph
 
@@ -292,27 +275,31 @@ def capture_graph(launch_on: Callable[[int], None]):
         cuda.cuGraphDestroy(graph)        # the executable graph keeps its own copy
 
 
-class Recorded:
-    """One kernel launch read back from a capture: its function, grid, block and dynamic shared memory, and a
-    copy of every parameter's bytes, relaunched with `kernel_launch`. `slots`: where the re-aimable pointers sit
-    in those bytes, in the caller's order (empty: none to re-aim)."""
+class Reaimable:
+    """An executable graph of one kernel node whose re-aimable pointers sit at `slots` of the node's parameters
+    (copies held here, in the caller's order); `aim` moves them. The parameters were read from `graph` (kept:
+    the node handle is the graph's), and the node's launch settings (cluster, carveout) stay the graph's."""
 
-    def __init__(self, func: int, dims: Sequence[int], params: Sequence[bytes],
-                 slots: Sequence[tuple[int, int]] = ()):
-        self.func, self.dims = func, tuple(dims)
-        self._buffers = [ctypes.create_string_buffer(bytes(b), len(b)) for b in params]
+    def __init__(self, exec_, graph, node, params, buffers: Sequence[bytes], slots: Sequence[tuple[int, int]],
+                 aimed: Sequence[int]):
+        self.exec, self.graph, self.node, self.params = exec_, graph, node, params
+        self._buffers = [ctypes.create_string_buffer(bytes(b), len(b)) for b in buffers]
         self._array = (ctypes.c_void_p * len(self._buffers))(*map(ctypes.addressof, self._buffers))
-        self.params = ctypes.addressof(self._array)
+        if params is not None:
+            params.kernelParams = ctypes.addressof(self._array)
         self.slots = [ctypes.c_uint64.from_buffer(self._buffers[i], offset) for i, offset in slots]
+        self.aimed = tuple(aimed)
 
     def parameter(self, index: int) -> bytes:
         return self._buffers[index].raw
 
-    def launch(self, stream: int, addresses: Sequence[int] = ()) -> None:
-        """Store `addresses` in the slots (the driver copies the parameters at the launch), then launch."""
-        for slot, address in zip(self.slots, addresses):
-            slot.value = address
-        kernel_launch(self.func, self.dims, self.params, stream)
+    def aim(self, addresses: tuple) -> None:
+        """Point the slots at `addresses` for the next launches (launches already enqueued keep theirs)."""
+        if addresses != self.aimed:
+            for slot, address in zip(self.slots, addresses):
+                slot.value = address
+            graph_set_kernel_params(self)
+            self.aimed = addresses
 
 
 # The largest parameter a re-aimed pointer may sit in: a pointer or a small tensor descriptor (pointer, shape,
@@ -334,71 +321,65 @@ def find_slots(params: Sequence[bytes], addresses: Sequence[int]) -> list[tuple[
     return slots
 
 
-def record_launch(launch_on: Callable[[int], None], addresses: Sequence[int] = ()) -> Recorded | None:
-    """What `launch_on(stream)` enqueues, captured (`_capture`) and read back as a Recorded launch, its slots at
-    `addresses` (empty where they are not found once each: `find_slots`). None where the capture is anything
-    but one kernel launch without a cluster or cooperative launch (`cuLaunchKernel` would drop those), or where
-    the driver cannot list the parameters."""
+def capture_reaimable(launch_on: Callable[[int], None], addresses: Sequence[int]) -> Reaimable | None:
+    """What `launch_on(stream)` enqueues, captured (`_capture`) and instantiated, re-aimable at `addresses`; None
+    (nothing kept) where the capture is not one kernel node, the driver cannot list its parameters, or an
+    address is not found once among them (`find_slots`)."""
     graph = _capture(launch_on)
     try:
-        return _read_kernel(graph, addresses)
-    finally:
+        found = _kernel_parameters(graph, addresses)
+        if found is None:
+            cuda.cuGraphDestroy(graph)
+            return None
+        node, params, buffers, slots = found
+        exec_ = _check(cuda.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+    except BaseException:
         cuda.cuGraphDestroy(graph)
+        raise
+    return Reaimable(exec_, graph, node, params, buffers, slots, addresses)
 
 
-def _read_kernel(graph, addresses: Sequence[int]) -> Recorded | None:
+def _kernel_parameters(graph, addresses: Sequence[int]):
+    """(node, its CUDA_KERNEL_NODE_PARAMS, each parameter's bytes, the addresses' slots), or None."""
     err, _, count = cuda.cuGraphGetNodes(graph, 0)
     if err != _SUCCESS or count != 1:
         return None
     node = _check(cuda.cuGraphGetNodes(graph, 1), "cuGraphGetNodes")[0]
     if _check(cuda.cuGraphNodeGetType(node), "cuGraphNodeGetType") != cuda.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL:
         return None
-    ids = cuda.CUlaunchAttributeID
-    err, cluster = cuda.cuGraphKernelNodeGetAttribute(node, ids.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION)
-    if err != _SUCCESS or max(cluster.clusterDim.x, cluster.clusterDim.y, cluster.clusterDim.z) > 1:
-        return None
-    err, cooperative = cuda.cuGraphKernelNodeGetAttribute(node, ids.CU_LAUNCH_ATTRIBUTE_COOPERATIVE)
-    if err != _SUCCESS or cooperative.cooperative:
-        return None
-    p = _check(cuda.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
-    func = p.func if int(p.func) else _check(cuda.cuKernelGetFunction(p.kern), "cuKernelGetFunction")
+    params = _check(cuda.cuGraphKernelNodeGetParams(node), "cuGraphKernelNodeGetParams")
+    func = params.func if int(params.func) else _check(cuda.cuKernelGetFunction(params.kern), "cuKernelGetFunction")
     sizes = []
     while True:
         err, _, size = cuda.cuFuncGetParamInfo(func, len(sizes))
         if err != _SUCCESS:
             break
         sizes.append(size)
-    if not sizes or not p.kernelParams:
+    if not sizes or not params.kernelParams:
         return None
-    params = [ctypes.string_at(ctypes.c_void_p.from_address(p.kernelParams + 8 * i).value, size)
-              for i, size in enumerate(sizes)]
-    dims = (p.gridDimX, p.gridDimY, p.gridDimZ, p.blockDimX, p.blockDimY, p.blockDimZ, p.sharedMemBytes)
-    return Recorded(int(func), dims, params, find_slots(params, addresses) or ())
+    buffers = [ctypes.string_at(ctypes.c_void_p.from_address(params.kernelParams + 8 * i).value, size)
+               for i, size in enumerate(sizes)]
+    slots = find_slots(buffers, addresses)
+    return None if slots is None else (node, params, buffers, slots)
 
 
-_cuLaunchKernel = None
-
-
-def kernel_launch(func: int, dims: Sequence[int], params: int, stream: int) -> None:
-    """cuLaunchKernel(func, *dims, stream, params, NULL) straight through ctypes: a fraction of the microseconds
-    that cuda-python's argument conversion or the compiled host code (which also encodes TMA descriptors) cost."""
-    global _cuLaunchKernel
-    if _cuLaunchKernel is None:
-        f = ctypes.CDLL("libcuda.so.1").cuLaunchKernel
-        f.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-        f.restype = ctypes.c_int
-        _cuLaunchKernel = f
-    err = _cuLaunchKernel(func, *dims, stream, params, None)
-    if err:
-        raise RuntimeError(f"cuLaunchKernel failed: {cuda.CUresult(err)}")
+def graph_set_kernel_params(graph: Reaimable) -> None:
+    """Hand a re-aimable graph's node its parameters as they now stand (the driver copies them)."""
+    _check(cuda.cuGraphExecKernelNodeSetParams(graph.exec, graph.node, graph.params),
+           "cuGraphExecKernelNodeSetParams")
 
 
 def graph_launch(graph_exec, stream: int) -> None:
     _check(cuda.cuGraphLaunch(graph_exec, stream), "cuGraphLaunch")
 
 
-def graph_destroy(graph_exec) -> None:
-    cuda.cuGraphExecDestroy(graph_exec)
+def graph_destroy(graph) -> None:
+    """Release an executable graph, or a Reaimable's executable graph and the graph it was read from."""
+    if isinstance(graph, Reaimable):
+        cuda.cuGraphExecDestroy(graph.exec)
+        cuda.cuGraphDestroy(graph.graph)
+    else:
+        cuda.cuGraphExecDestroy(graph)
 
 
 def gmem_pointer(dtype, address: int, align: int):
