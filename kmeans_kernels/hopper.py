@@ -459,7 +459,7 @@ def _launches(variant: str, D: int, dtype: torch.dtype, device: int) -> launch.L
     kernel = HopperAssign(variant, D, _cutlass_dtype(dtype))
     with launch.on_device(device):
         compiled = cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a")
-    # c_sq and out are plain pointer parameters (x and c sit in TMA descriptors): a recorded launch re-aims them
+    # c_sq and out are plain pointer parameters (x and c sit in TMA descriptors): a replay re-aims them
     return launch.LaunchCache(compiled, device=device, pointers=4, reaimable=(2, 3))   # x, c, c_sq, out
 
 
