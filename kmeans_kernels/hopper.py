@@ -92,14 +92,12 @@ class VariantSpec:
     broadcast_norms: bool = False
     block_n: int = BLOCK_N
     ping_pong: bool = False
-    prefetch_norms: bool = False
 
 
 # In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms either loaded by each
 # thread or broadcast by shuffles.
-VARIANT_SPECS = {name: VariantSpec(r.scan, broadcast_norms=r.norms in ("shuffle", "prefetch"), block_n=r.tile_n,
-                                   ping_pong=r.ping_pong, prefetch_norms=r.norms == "prefetch")
-                 for name, r in variants.RECIPES[ARCH].items()}
+VARIANT_SPECS = {name: VariantSpec(r.scan, broadcast_norms=r.norms == "shuffle", block_n=r.tile_n,
+                                   ping_pong=r.ping_pong) for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(VARIANT_SPECS)
 
 
@@ -204,7 +202,6 @@ class HopperAssign:
         self.broadcast_norms = spec.broadcast_norms
         self.block_n = spec.block_n
         self.ping_pong = spec.ping_pong
-        self.prefetch_norms = spec.prefetch_norms
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
         self.stages = stages_for(D, self.block_n)
@@ -324,16 +321,7 @@ class HopperAssign:
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             consumer_wg = tidx // 128
-            slots = self.block_n // 32
-            pending = cute.make_rmem_tensor(cute.make_layout(slots), cutlass.Float32)   # next tile's c_sq
-            staged = cute.make_rmem_tensor(cute.make_layout(slots), cutlass.Float32)    # this tile's halves
-            if cutlass.const_expr(self.prefetch_norms):
-                reduce.fetch_norms(c_sq, 0, K, lane, pending)
             for tile in cutlass.range(num_tiles, unroll=1):
-                if cutlass.const_expr(self.prefetch_norms):
-                    # this tile's norms arrived during the last tile; the next tile's now go in flight
-                    reduce.halve_into(pending, staged)
-                    reduce.fetch_norms(c_sq, (tile + 1) * self.block_n, K, lane, pending)
                 if cutlass.const_expr(self.ping_pong):
                     # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
                     if consumer_wg + tile > 0:
@@ -350,7 +338,7 @@ class HopperAssign:
                 else:
                     # every slot back to the producer before the argmin, so it refills them while we fold
                     release, held = self._retire(ctx, release, held, held)
-                self._argmin(ctx, acc, tile, staged)
+                self._argmin(ctx, acc, tile)
 
             reduce.merge_chains(best_score, best_index)
             reduce.merge_lanes(best_score, best_index, 4)
@@ -392,17 +380,15 @@ class HopperAssign:
             release.advance()
         return release, held - count
 
-    def _argmin(self, k, acc, tile, staged):
-        """Fold the 64 x block_n dot products of one tile into the running winners of this thread's rows
-        (`staged`: the tile's half norms, one per lane and slot, where they were fetched ahead)."""
+    def _argmin(self, k, acc, tile):
+        """Fold the 64 x block_n dot products of one tile into the running winners of this thread's rows."""
         cols_per_row = self.block_n // 4
         dots = cute.make_tensor(acc.iterator, _row_col_layout(self.block_n))
         first = tile * self.block_n
         cols = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Int32)
         half_norms = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Float32)
         if self.broadcast_norms:
-            if not self.prefetch_norms:
-                staged = reduce.stage_half_norms(k.c_sq, first, k.K, k.lane, self.block_n // 32)
+            staged = reduce.stage_half_norms(k.c_sq, first, k.K, k.lane, self.block_n // 32)
             for j in range(cols_per_row):
                 col = k.coords[_flat_index(0, j)][1]
                 cols[j] = first + col

@@ -197,28 +197,6 @@ def merge_lanes(best_score: cute.Tensor, best_index: cute.Tensor, lanes: cutlass
 
 
 @cute.jit
-def fetch_norms(c_sq: cute.Tensor, first: cutlass.Int32, K: cutlass.Int32, lane: cutlass.Int32,
-                into: cute.Tensor):
-    """Issue the loads of ``c_sq`` at columns ``first + lane + 32*t`` into register ``into[t]``, +inf past K.
-
-    Nothing here waits for them: the first read of ``into`` does, so a caller that fetches one tile ahead
-    hides the load latency behind a whole tile of work.
-    """
-    for t in cutlass.range_constexpr(cute.size(into)):
-        col = first + lane + 32 * t
-        into[t] = float("inf")
-        if col < K:
-            into[t] = c_sq[col]
-
-
-@cute.jit
-def halve_into(norms: cute.Tensor, staged: cute.Tensor):
-    """``staged[t] = 0.5 * norms[t]`` (exact: a power of two; +inf stays +inf)."""
-    for t in cutlass.range_constexpr(cute.size(norms)):
-        staged[t] = cutlass.Float32(0.5) * norms[t]
-
-
-@cute.jit
 def stage_half_norms(c_sq: cute.Tensor, first: cutlass.Int32, K: cutlass.Int32, lane: cutlass.Int32,
                      slots: cutlass.Constexpr[int]):
     """Each lane loads `0.5 * c_sq` of columns ``first + lane + 32*t`` (t < slots) into registers, +inf past K.
@@ -226,10 +204,12 @@ def stage_half_norms(c_sq: cute.Tensor, first: cutlass.Int32, K: cutlass.Int32, 
     One coalesced load per slot for the whole warp, instead of one load per column per thread; the
     columns then reach the threads that need them through :func:`broadcast_half_norm`.
     """
-    norms = cute.make_rmem_tensor(cute.make_layout(slots), cutlass.Float32)
-    fetch_norms(c_sq, first, K, lane, norms)
     staged = cute.make_rmem_tensor(cute.make_layout(slots), cutlass.Float32)
-    halve_into(norms, staged)
+    for t in cutlass.range_constexpr(slots):
+        col = first + lane + 32 * t
+        staged[t] = float("inf")
+        if col < K:
+            staged[t] = cutlass.Float32(0.5) * c_sq[col]
     return staged
 
 
