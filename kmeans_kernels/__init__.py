@@ -118,7 +118,7 @@ def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
     iterations. `out` (int32 [N]) is filled and returned when given.
     """
     check_inputs(x, c, c_sq, out)
-    arch = arch_of(x.device)
+    arch = arch_of(x.get_device())        # the index: cheaper than building x.device on every call
     be = backend(arch)
     N, D = x.shape
     K = c.shape[0]

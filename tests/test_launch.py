@@ -351,6 +351,16 @@ def test_launches_and_captures_run_on_the_caches_device(devices, fake_graphs, mo
     assert launched_on[-1] == 0
 
 
+def test_with_one_gpu_visible_no_device_guard_is_entered(devices, fake_graphs, monkeypatch):
+    """One visible GPU: the cache's device is the current one, so a launch skips the guard (and its
+    current_device() call, host time on every launch)."""
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    cache = launch.LaunchCache(FakeCompiled(), graphs=True, device=0)
+    for _ in range(3):
+        cache("a", lambda s: ("a", s), stream=3)
+    assert devices["entered"] == [] and fake_graphs["replayed"] == [("graph0", 3)] * 2
+
+
 def test_kmeans_caches_are_keyed_by_device_and_launch_there(devices, fake_graphs, monkeypatch):
     """kmeans_kernels.hopper: x on cuda:1 with cuda:0 current compiles (once) and launches with device 1
     current, on device 1's stream, in a cache of its own."""

@@ -85,6 +85,8 @@ class LaunchCache:
         self.pointers = pointers
         self.graphs = GRAPHS if graphs is None else graphs
         self.device = device
+        # with one GPU visible the current device is this one: no guard, and no current_device() call, per launch
+        self._guard = device is not None and torch.cuda.device_count() != 1
         # least recently used first, all three
         self._seen: dict[Hashable, int] = {}           # (key, stream) without a graph -> its sightings
         self._graphed: dict[Hashable, object] = {}     # (key, stream) -> executable graph
@@ -95,7 +97,7 @@ class LaunchCache:
 
     def __call__(self, key: Hashable, make_args: Callable[[int], Sequence], stream: int) -> None:
         """Launch on `stream` (a raw handle) the call whose arguments `make_args(stream)` builds."""
-        with on_device(self.device):
+        with on_device(self.device) if self._guard else _NO_GUARD:
             full_key = (self._base_of(key), stream) if self._reaiming else (key, stream)
             graph = self._graphed.pop(full_key, None)
             sightings = 0

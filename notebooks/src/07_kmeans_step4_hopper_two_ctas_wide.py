@@ -201,7 +201,8 @@ else:
 # tensor work and 0.45 us of issue-bound argmin per SM, and the kernel takes close to their sum (`tools/host_cost.py
 # --kmeans`, CUPTI). `lean_ping_pong` is `lean_select` with `wide`'s turns: one field of the recipe changes, and the
 # kernel's ping-pong branch (named barriers 1 and 2) does the rest. The A/B below takes turns with `lean_select` round
-# by round; the second table is an experiment that did not pay: one CTA of four warpgroups in a single ring of turns.
+# by round, in both timings; the last lines are two experiments that did not pay: one CTA of four warpgroups in a
+# single ring of turns, and the next tile's centroid norms fetched a tile ahead (`prefetch_norms`).
 
 # %%
 from kmeans_kernels import variants
@@ -215,20 +216,25 @@ if ab.empty:
 else:
     ab = ab[ab.date == ab.date.max()]
     ab_note = f"NVIDIA H200, {ab.date.iloc[0][:10]}, commit {ab.commit.iloc[0]}: data/measured/h200/kmeans_lean_ping_pong.csv"
-    display(results.table_3sig(results.ratios(ab, "ours/lean_ping_pong")).set_caption("lean_ping_pong / lean_select, kernel time"))
+    for timing in ("kernel", "latency"):
+        display(results.table_3sig(results.ratios(ab, "ours/lean_ping_pong", timing=timing))
+                .set_caption(f"lean_ping_pong / lean_select, {timing} ({ab_note})"))
     fig = results.plot_ratios(ab, ["ours/lean_ping_pong"], ab_note)
     plt.show()
-four = pd.read_csv(DATA / "measured/h200/probes/kmeans_four_warpgroups_fba53fb.csv")
-four = four[(four.variant == "four_warpgroups") & (four.timing == "kernel")]
-print("one ring of four warpgroups, time / its reference (lean_ping_pong at D <= 128, wide at 256), by D:",
-      four.groupby("D").ratio.agg(["min", "max"]).round(2).to_dict("index"))
+for probe, variant in (("kmeans_four_warpgroups_fba53fb", "four_warpgroups"), ("kmeans_prefetch_norms_dfb3984", "prefetch_norms")):
+    tried = pd.read_csv(DATA / f"measured/h200/probes/{probe}.csv")
+    tried = tried[(tried.variant == variant) & (tried.timing == "kernel")]
+    print(f"{variant}, time / its reference (lean_ping_pong at D <= 128, wide at 256), by D:",
+          tried.groupby("D").ratio.agg(["min", "max"]).round(2).to_dict("index"))
 
 # %% [markdown]
 # The turns pay a few per cent at D = 64 and less at D = 128, well below the schematic's promise: they order the two
 # warpgroups of one CTA, but the SM's two CTAs still meet at the tensor cores unordered. Ordering all four in one ring
 # (one CTA of 256 points) is much slower, and more so the larger the MMA's share: only one warpgroup's 64-row WGMMAs
-# are then in flight at a time, and one such stream does not keep the tensor cores busy. `auto` runs `lean_ping_pong`
-# at D <= 128.
+# are then in flight at a time, and one such stream does not keep the tensor cores busy. Fetching the next tile's
+# norms ahead was 4-14 % slower: its loads sit before the turn barrier and delay the warpgroup's WGMMA issue, and the
+# MMA issue is what these kernels wait on (the profiler: the tensor pipe 39 -> 35 % busy; `notes/perf-log.md`).
+# `auto` runs `lean_ping_pong` at D <= 128.
 
 # %% [markdown]
 # **Exercise 2 (edit and run).** In a copy of step 4, set `MIN_STAGES_TWO_CTAS = 2`. At which `D` does the kernel now
