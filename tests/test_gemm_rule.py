@@ -205,6 +205,35 @@ def test_every_candidate_is_exact_on_small_integers(name, M, N, K):
 
 @pytest.mark.gpu
 @needs_hopper
+@pytest.mark.parametrize("name", list(configs.HOPPER_CANDIDATES))
+def test_every_candidate_is_exact_into_a_new_output_at_every_call(name):
+    """A new output at every call, all held alive (no address repeats): past the capture sighting a register-
+    epilogue configuration replays one graph re-aimed at each output (clusters and stream-K included), a staged
+    one launches from its template; every output exact, none left unwritten."""
+    from gemm_kernels import hopper_host
+    from workbook import launch
+    M, N, K = 1000, 1032, 520
+    g = torch.Generator(device="cuda").manual_seed(11)
+    a = torch.randint(-2, 3, (M, K), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-2, 3, (K, N), device="cuda", generator=g).to(torch.bfloat16)
+    want = (a.float() @ b.float()).to(torch.bfloat16)
+    options = configs.HOPPER_CANDIDATES[name]
+    call = hopper_host._call_for(M, N, K, a.get_device(), options, dtype=a.dtype)
+    before = dict(call.launches.counts)
+    outs = [torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+            for _ in range(2 * launch.CAPTURE_AFTER + 2)]
+    for out in outs:
+        hopper_host.gemm(a, b, options, out=out)
+    torch.cuda.synchronize()
+    for out in outs:
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+    done = {k: call.launches.counts[k] - before[k] for k in before}
+    if call.cfg.epilogue == "register":
+        assert done["captured"] <= 1 and done["replayed"] >= len(outs) - launch.CAPTURE_AFTER
+
+
+@pytest.mark.gpu
+@needs_hopper
 @pytest.mark.parametrize("M,N,K", RULE_GPU_SHAPES)
 def test_gemm_without_options_runs_the_rules_choice(M, N, K):
     torch.backends.cuda.matmul.allow_tf32 = False

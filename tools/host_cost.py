@@ -5,6 +5,7 @@ and the GPU's kernel time per call (CUPTI, through `gemm_kernels.sweep.gpu_ms`).
     python tools/host_cost.py --shapes 2048x2048x2048 --calls 2000
     python tools/host_cost.py --kmeans             # assign(): host pieces, then GPU time per variant, 13 seed shapes
     python tools/host_cost.py --kmeans-launch      # re-aimed graphs against graphs per address set and templates, fresh outputs
+    python tools/host_cost.py --gemm-launch        # the same for gemm(a, b)
 
 Host pieces are each timed over `--calls` repetitions with time.perf_counter; "issue rate" is back-to-back calls
 with no synchronisation divided by their count (the host's rate, as long as the GPU keeps up).
@@ -144,6 +145,61 @@ def kmeans_launch_paths(write: bool = True) -> None:
         print(f"wrote {path}")
 
 
+GEMM_LAUNCH_SHAPES = ((1024, 1024, 1024), (16, 8192, 4096), (4096, 4096, 4096))
+
+
+def gemm_launch_paths(write: bool = True) -> None:
+    """gemm(a, b) as the rule runs it, its output from a ring of 16 (a new address at every call) and then one
+    output: through a cache whose graphs re-aim c (the register epilogue's plain pointer) and one that keeps a
+    graph per address set. Host time per call (host_us), then both timings by `workbook.timing.compare`,
+    recorded in data/measured/h200/gemm_launch_paths.csv."""
+    from workbook import records, timing
+    paths = {"reaimed": ((2,), 16), "graph": ((), 16), "reaimed_one_out": ((2,), 1), "graph_one_out": ((), 1)}
+    frames = []
+    for M, N, K in GEMM_LAUNCH_SHAPES:
+        sets = [(torch.randn(M, K, device="cuda", dtype=torch.bfloat16),
+                 torch.randn(K, N, device="cuda", dtype=torch.bfloat16)) for _ in range(3)]
+        call = hopper_host._call_for(M, N, K, 0)
+        if call.cfg.epilogue != "register":
+            print(f"  {M}x{N}x{K}: the rule runs the staged epilogue here; nothing to re-aim")
+            continue
+        stream = launch.stream_handle(0)
+        fns = {}
+        for name, (reaimable, outs) in paths.items():
+            cache = launch.LaunchCache(call.launches.compiled, device=0, pointers=7, reaimable=reaimable)
+            ring = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in range(outs)]
+            turn = [0]
+
+            def fn(a, b, cache=cache, ring=ring, turn=turn):
+                turn[0] += 1
+                out = ring[turn[0] % len(ring)]
+                addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(),
+                         *(t.data_ptr() for t in call.scratch(stream)))
+                cache(addrs + call.sizes, lambda s: hopper_host._args(call.cfg, *addrs, *call.sizes,
+                                                                      hopper_host.cuda_driver.CUstream(s)), stream)
+                return out
+            fns[f"launch/{name}"] = fn
+        want = (sets[0][0].float() @ sets[0][1].float())
+        for name, fn in fns.items():
+            for _ in range(2 * launch.CAPTURE_AFTER):
+                got = fn(*sets[0])
+            torch.cuda.synchronize()
+            if ((got.float() - want).norm() / want.norm()).item() > 1e-2:
+                raise AssertionError(f"{name} at {M}x{N}x{K} does not compute a @ b")
+        host = {name.split("/")[1]: host_us(lambda fn=fn: fn(*sets[0])) for name, fn in fns.items()}
+        cmp = timing.compare(fns, sets, baseline="launch/graph", rounds=16)
+        frame = cmp.frame({"M": M, "N": N, "K": K}, flops=2.0 * M * N * K)
+        frame["host_us"] = [host[v] for v in frame.variant]
+        frames.append(frame)
+        print(f"  {M}x{N}x{K}: host us per call " + ", ".join(f"{k} {v:.1f}" for k, v in host.items()), flush=True)
+        for name, against in (("reaimed", "graph"), ("reaimed_one_out", "graph_one_out")):
+            for t in (timing.KERNEL, timing.LATENCY):
+                r = cmp.ratio(f"launch/{name}", t, against=f"launch/{against}")
+                print(f"    {name} / {against}, {t:<8} {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] {r.verdict}", flush=True)
+    if write and frames:
+        print(f"wrote {records.append('h200', 'gemm_launch_paths', pd_concat(frames))}")
+
+
 def pd_concat(frames):
     import pandas as pd
     return pd.concat(frames, ignore_index=True)
@@ -154,12 +210,15 @@ def main(argv=None):
     p.add_argument("--shapes", type=shape_arg, nargs="+", default=[(1024, 1024, 1024), (16, 8192, 4096)])
     p.add_argument("--calls", type=int, default=3000)
     p.add_argument("--kmeans-launch", action="store_true", help="re-aimed graphs against graphs per address set and templates")
+    p.add_argument("--gemm-launch", action="store_true", help="the GEMM's re-aimed graphs against graphs per address set")
     p.add_argument("--kmeans", action="store_true", help="the k-means assignment instead of the GEMM")
     args = p.parse_args(argv)
     if args.kmeans:
         return kmeans(args.calls)
     if args.kmeans_launch:
         return kmeans_launch_paths()
+    if args.gemm_launch:
+        return gemm_launch_paths()
     for M, N, K in args.shapes:
         a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
