@@ -162,8 +162,7 @@ class LaunchCache:
         if len(self._graphed) > self.max_graphs:
             # never inside the caller's capture (we capture only outside one), which a destroy would invalidate
             oldest = next(iter(self._graphed))
-            evicted = self._graphed.pop(oldest)
-            graph_destroy(evicted)
+            graph_destroy(self._graphed.pop(oldest))
             self._remember(oldest, self.capture_after - 1)   # captured again if it repeats
         return graph
 
