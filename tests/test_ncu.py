@@ -43,6 +43,7 @@ def test_a_report_whose_counts_differ_is_refused(tmp_path):
 
 
 def test_the_recorded_profiles_read_whole():
+    """The GEMM profiles (probes/ncu_*_*.txt: ours against cuBLAS); the k-means ones are kmeans_ncu_*.txt."""
     probes = records.DATA / "measured" / "h200" / "probes"
     files = sorted(probes.glob("ncu_*_*.txt"))
     assert files
@@ -50,3 +51,16 @@ def test_the_recorded_profiles_read_whole():
         df = ncu.read(f)
         assert df.contender.str.endswith(" torch").sum() == 1, f                    # cuBLAS once per profile
         assert (df["dram__bytes_read.sum"] > 0).all() and (df["gpu__time_duration.sum"] > 0).all()
+
+
+def test_the_recorded_kmeans_variant_profiles_read_whole():
+    """tools/ncu_kmeans_steps.py --variants reports: one row per profiled variant and shape, each with its time,
+    tensor-pipe and issue-slot use."""
+    from kmeans_kernels.steps import evidence
+    files = sorted((records.DATA / "measured" / "h200" / "probes").glob("kmeans_ncu_*.txt"))
+    assert files
+    for f in files:
+        df = evidence.read_ncu(f)
+        assert len(df) >= 2 and (df["gpu__time_duration.sum"] > 0).all(), f
+        assert df["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"].between(0, 100).all()
+        assert df["smsp__issue_active.avg.pct_of_peak_sustained_active"].between(0, 100).all()
