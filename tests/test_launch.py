@@ -4,6 +4,7 @@ stream is capturing; launched with the cache's device current; kept alive while 
 least recently used first; a failed capture falls back to direct launches. The driver and device calls are stood
 in for, so all of this runs on a CPU."""
 import ctypes
+import types
 
 import cuda.bindings.driver as cuda
 import pytest
@@ -235,7 +236,7 @@ def fake_reaim(monkeypatch, fake_graphs):
             return None
         n = len(log["captured"])
         log["captured"].append(n)
-        return launch.Reaimable(f"graph{n}", None, None, None, params, slots, addresses)
+        return launch.Reaimable(f"graph{n}", None, None, types.SimpleNamespace(), params, slots, addresses)
 
     def set_params(graph):
         log["set_params"].append((graph.exec, tuple(int.from_bytes(graph.parameter(i), "little")

@@ -13,6 +13,7 @@ with no synchronisation divided by their count (the host's rate, as long as the 
 from __future__ import annotations
 
 import argparse
+import itertools
 import time
 
 import torch
@@ -89,15 +90,39 @@ def host_us(fn, chunks: int = 30, per_chunk: int = 50) -> float:
     return sorted(times)[len(times) // 2]
 
 
+def _time_launch_paths(fns, sets, label: str, columns: dict, flops: float, pairs, correct) -> "pd.DataFrame":
+    """Each path warmed past its capture sighting and checked (`correct(output)` on the first input set), then its
+    host us per call (host_us) and both timings in interleaved rounds (`workbook.timing.compare`, against
+    launch/graph); prints the host times and the ratios of `pairs` ((path, reference) names), returns the rows."""
+    from workbook import timing
+    for name, fn in fns.items():
+        for _ in range(2 * launch.CAPTURE_AFTER):
+            got = fn(*sets[0])
+        torch.cuda.synchronize()
+        if not correct(got):
+            raise AssertionError(f"{name} at {label} gives a wrong answer")
+    host = {name.split("/")[1]: host_us(lambda fn=fn: fn(*sets[0])) for name, fn in fns.items()}
+    cmp = timing.compare(fns, sets, baseline="launch/graph", rounds=16)
+    frame = cmp.frame(columns, flops=flops)
+    frame["host_us"] = [host[v] for v in frame.variant]
+    print(f"  {label}: host us per call " + ", ".join(f"{k} {v:.1f}" for k, v in host.items()), flush=True)
+    for name, against in pairs:
+        for t in (timing.KERNEL, timing.LATENCY):
+            r = cmp.ratio(f"launch/{name}", t, against=f"launch/{against}")
+            print(f"    {name} / {against}, {t:<8} {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] {r.verdict}", flush=True)
+    return frame
+
+
 def kmeans_launch_paths(write: bool = True) -> None:
     """The kernel `auto` runs, called as assign() calls it with an output from a ring of 16 (a new address at
     every call, as when contenders interleave): through a cache whose graphs re-aim c_sq and out, one that keeps
     a graph per address set, and one that launches every call from the template; then the first two with one
-    output (a Lloyd loop's), where both replay their graphs as they are. Host time
-    per call (host_us), then both timings by `workbook.timing.compare` (interleaved rounds), recorded in
-    data/measured/h200/kmeans_launch_paths.csv."""
+    output (a Lloyd loop's), where both replay their graphs as they are. Host time per call and both timings
+    (`_time_launch_paths`), recorded in data/measured/h200/kmeans_launch_paths.csv."""
+    import pandas as pd
+
     from kmeans_kernels import bench, hopper
-    from workbook import records, timing
+    from workbook import records
     # (cache options, outputs in the ring): a new output address at every call, and one output (a Lloyd loop)
     paths = {"reaimed": (dict(reaimable=(2, 3)), 16), "graph": ({}, 16), "template": (dict(graphs=False), 16),
              "reaimed_one_out": (dict(reaimable=(2, 3)), 1), "graph_one_out": ({}, 1)}
@@ -107,42 +132,27 @@ def kmeans_launch_paths(write: bool = True) -> None:
         variant = hopper.auto_variant(N, D, K)
         dtype = sets[0][0].dtype
         compiled = hopper._launches(variant, D, dtype, 0).compiled
-        turn = [0]
-
-        def call(x, c, c_sq, cache, ring):
-            turn[0] += 1
-            out = ring[turn[0] % len(ring)]
-            addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K)
-            cache(addrs, lambda s: hopper._args(dtype, *addrs, hopper.cuda.CUstream(s)), launch.stream_handle(0))
-            return out
+        stream = launch.stream_handle(0)
         fns = {}
         for name, (kw, outs) in paths.items():
             cache = launch.LaunchCache(compiled, device=0, pointers=4, **kw)
-            ring = [torch.empty(N, dtype=torch.int32, device="cuda") for _ in range(outs)]
-            fns[f"launch/{name}"] = lambda x, c, c_sq, cache=cache, ring=ring: call(x, c, c_sq, cache, ring)
+            ring = itertools.cycle([torch.empty(N, dtype=torch.int32, device="cuda") for _ in range(outs)])
+
+            def fn(x, c, c_sq, cache=cache, ring=ring):
+                out = next(ring)
+                addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K)
+                cache(addrs, lambda s: hopper._args(dtype, *addrs, hopper.cuda.CUstream(s)), stream)
+                return out
+            fns[f"launch/{name}"] = fn
         want = torch.empty(N, dtype=torch.int32, device="cuda")
         hopper.run(variant, *sets[0], want)
-        for name, fn in fns.items():
-            for _ in range(2 * launch.CAPTURE_AFTER):
-                got = fn(*sets[0])
-            torch.cuda.synchronize()
-            if not torch.equal(got, want):
-                raise AssertionError(f"{name} at {N}x{D}x{K} does not give hopper.run's answer")
-        host = {name.split("/")[1]: host_us(lambda fn=fn: fn(*sets[0])) for name, fn in fns.items()}
-        cmp = timing.compare(fns, sets, baseline="launch/graph", rounds=16)
-        frame = cmp.frame({"N": N, "D": D, "K": K}, flops=2.0 * N * D * K)
-        frame["host_us"] = [host[v] for v in frame.variant]
+        frame = _time_launch_paths(fns, sets, f"{N}x{D}x{K} ({variant})", {"N": N, "D": D, "K": K}, 2.0 * N * D * K,
+                                   (("reaimed", "graph"), ("template", "graph"), ("reaimed_one_out", "graph_one_out")),
+                                   lambda got: torch.equal(got, want))
         frame["auto_variant"] = variant
         frames.append(frame)
-        print(f"  {N}x{D}x{K} ({variant}): host us per call " + ", ".join(f"{k} {v:.1f}" for k, v in host.items()),
-              flush=True)
-        for name, against in (("reaimed", "graph"), ("template", "graph"), ("reaimed_one_out", "graph_one_out")):
-            for t in (timing.KERNEL, timing.LATENCY):
-                r = cmp.ratio(f"launch/{name}", t, against=f"launch/{against}")
-                print(f"    {name} / {against}, {t:<8} {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] {r.verdict}", flush=True)
     if write:
-        path = records.append("h200", "kmeans_launch_paths", pd_concat(frames))
-        print(f"wrote {path}")
+        print(f"wrote {records.append('h200', 'kmeans_launch_paths', pd.concat(frames, ignore_index=True))}")
 
 
 GEMM_LAUNCH_SHAPES = ((1024, 1024, 1024), (16, 8192, 4096), (4096, 4096, 4096))
@@ -151,9 +161,11 @@ GEMM_LAUNCH_SHAPES = ((1024, 1024, 1024), (16, 8192, 4096), (4096, 4096, 4096))
 def gemm_launch_paths(write: bool = True) -> None:
     """gemm(a, b) as the rule runs it, its output from a ring of 16 (a new address at every call) and then one
     output: through a cache whose graphs re-aim c (the register epilogue's plain pointer) and one that keeps a
-    graph per address set. Host time per call (host_us), then both timings by `workbook.timing.compare`,
-    recorded in data/measured/h200/gemm_launch_paths.csv."""
-    from workbook import records, timing
+    graph per address set. Host time per call and both timings (`_time_launch_paths`), recorded in
+    data/measured/h200/gemm_launch_paths.csv."""
+    import pandas as pd
+
+    from workbook import records
     paths = {"reaimed": ((2,), 16), "graph": ((), 16), "reaimed_one_out": ((2,), 1), "graph_one_out": ((), 1)}
     frames = []
     for M, N, K in GEMM_LAUNCH_SHAPES:
@@ -167,42 +179,22 @@ def gemm_launch_paths(write: bool = True) -> None:
         fns = {}
         for name, (reaimable, outs) in paths.items():
             cache = launch.LaunchCache(call.launches.compiled, device=0, pointers=7, reaimable=reaimable)
-            ring = [torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in range(outs)]
-            turn = [0]
+            ring = itertools.cycle([torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in range(outs)])
 
-            def fn(a, b, cache=cache, ring=ring, turn=turn):
-                turn[0] += 1
-                out = ring[turn[0] % len(ring)]
+            def fn(a, b, cache=cache, ring=ring):
+                out = next(ring)
                 addrs = (a.data_ptr(), b.data_ptr(), out.data_ptr(), call.work.data_ptr(),
                          *(t.data_ptr() for t in call.scratch(stream)))
                 cache(addrs + call.sizes, lambda s: hopper_host._args(call.cfg, *addrs, *call.sizes,
                                                                       hopper_host.cuda_driver.CUstream(s)), stream)
                 return out
             fns[f"launch/{name}"] = fn
-        want = (sets[0][0].float() @ sets[0][1].float())
-        for name, fn in fns.items():
-            for _ in range(2 * launch.CAPTURE_AFTER):
-                got = fn(*sets[0])
-            torch.cuda.synchronize()
-            if ((got.float() - want).norm() / want.norm()).item() > 1e-2:
-                raise AssertionError(f"{name} at {M}x{N}x{K} does not compute a @ b")
-        host = {name.split("/")[1]: host_us(lambda fn=fn: fn(*sets[0])) for name, fn in fns.items()}
-        cmp = timing.compare(fns, sets, baseline="launch/graph", rounds=16)
-        frame = cmp.frame({"M": M, "N": N, "K": K}, flops=2.0 * M * N * K)
-        frame["host_us"] = [host[v] for v in frame.variant]
-        frames.append(frame)
-        print(f"  {M}x{N}x{K}: host us per call " + ", ".join(f"{k} {v:.1f}" for k, v in host.items()), flush=True)
-        for name, against in (("reaimed", "graph"), ("reaimed_one_out", "graph_one_out")):
-            for t in (timing.KERNEL, timing.LATENCY):
-                r = cmp.ratio(f"launch/{name}", t, against=f"launch/{against}")
-                print(f"    {name} / {against}, {t:<8} {r.value:.3f} [{r.lo:.3f}, {r.hi:.3f}] {r.verdict}", flush=True)
+        want = sets[0][0].float() @ sets[0][1].float()
+        frames.append(_time_launch_paths(fns, sets, f"{M}x{N}x{K}", {"M": M, "N": N, "K": K}, 2.0 * M * N * K,
+                                         (("reaimed", "graph"), ("reaimed_one_out", "graph_one_out")),
+                                         lambda got: ((got.float() - want).norm() / want.norm()).item() <= 1e-2))
     if write and frames:
-        print(f"wrote {records.append('h200', 'gemm_launch_paths', pd_concat(frames))}")
-
-
-def pd_concat(frames):
-    import pandas as pd
-    return pd.concat(frames, ignore_index=True)
+        print(f"wrote {records.append('h200', 'gemm_launch_paths', pd.concat(frames, ignore_index=True))}")
 
 
 def main(argv=None):

@@ -286,8 +286,7 @@ class Reaimable:
         self.exec, self.graph, self.node, self.params = exec_, graph, node, params
         self._buffers = [ctypes.create_string_buffer(bytes(b), len(b)) for b in buffers]
         self._array = (ctypes.c_void_p * len(self._buffers))(*map(ctypes.addressof, self._buffers))
-        if params is not None:
-            params.kernelParams = ctypes.addressof(self._array)
+        params.kernelParams = ctypes.addressof(self._array)
         self.slots = [ctypes.c_uint64.from_buffer(self._buffers[i], offset) for i, offset in slots]
         self.aimed = tuple(aimed)
 
