@@ -484,3 +484,69 @@ def test_read_ncu_pairs_kernels_and_reads_unitless_ratios(tmp_path):
     assert df["gpu__time_duration.sum"].tolist() == [1.2, 1.21]
     table = evidence.stall_table(df)
     assert list(table.index[:2]) == ["wait", "short scoreboard"] and "issue slots busy (%)" in table.index
+
+
+def _source_export(kernels) -> str:
+    """A small `ncu --page source --csv --print-source sass` export: one block per kernel of (SASS, stall, n)."""
+    head = ('"Address","Source","Warp Stall Sampling (All Samples)","Instructions Executed",'
+            '"stall_barrier","stall_long_sb","stall_selected","stall_barrier (Not Issued)"')
+    blocks = []
+    for k, rows in enumerate(kernels):
+        lines = [f'"Kernel Name","kernel_{k}"', head]
+        for i, (sass_line, reason, n) in enumerate(rows):
+            cells = {"stall_barrier": 0, "stall_long_sb": 0, "stall_selected": 0, reason: n}
+            lines.append(f'"0x{16 * i:x}","      {sass_line}","{n}","100",'
+                         f'"{cells["stall_barrier"]}","{cells["stall_long_sb"]}","{cells["stall_selected"]}","7"')
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks) + "\n"
+
+
+PC_KERNEL = [("BAR.SYNC.DEFER_BLOCKING 0x0", "stall_barrier", 1),          # __syncthreads: a barrier stall
+             ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R7+URZ+0x40], R3", "stall_long_sb", 10),   # producer
+             ("@!P0  NANOSLEEP.SYNCS 0x989680", "stall_long_sb", 20),        # producer
+             ("@P0   EXIT", "stall_selected", 2),                            # producer
+             ("WARPGROUP.ARRIVE", "stall_selected", 3),                      # work
+             ("SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R15+URZ+0x10], R11", "stall_barrier", 4),   # warpgroup converging
+             ("@!P0  NANOSLEEP.SYNCS 0x989680", "stall_long_sb", 6),         # ring data
+             ("@!P0  BRA 0x7ff82b7c5e50", "stall_long_sb", 5),               # ring data (the wait loop's branch)
+             ("HGMMA.64x128x16.F32.BF16 R24, gdesc[UR8], R24, gsb0", "stall_selected", 7),    # work
+             ("WARPGROUP.DEPBAR.LE gsb0, 0x0", "stall_barrier", 30),         # own WGMMAs
+             ("FMNMX R33, R40, R33, PT", "stall_selected", 12)]              # work
+
+
+def test_pc_sampling_reads_each_kernel_and_sorts_the_warps_by_region(tmp_path):
+    import gzip
+    from kmeans_kernels.steps import evidence
+    path = tmp_path / "source.csv.gz"
+    path.write_bytes(gzip.compress(_source_export([PC_KERNEL, PC_KERNEL[:4] + PC_KERNEL[-2:]]).encode()))
+    pc = evidence.pc_sampling(path)
+    assert pc.kernel.tolist() == [0] * len(PC_KERNEL) + [1] * 6
+    assert "stall_barrier (Not Issued)" not in pc.columns and pc.executed.eq(100).all()
+    where = evidence.where_warps_are(pc)
+    total = sum(n for _, _, n in PC_KERNEL)
+    want = dict(zip(evidence.PC_REGIONS, (3 + 7 + 12, 30, 1 + 4, 6 + 5, 10 + 20 + 2)))
+    assert where.loc[0].round(6).to_dict() == {k: round(100 * v / total, 6) for k, v in want.items()}
+    assert where.loc[1, "waiting for its own WGMMAs"] == pytest.approx(100 * 30 / (1 + 32 + 30 + 12))
+    fig = evidence.plot_where_warps_are(where, "test")
+    assert len(fig.axes[0].patches) == 2 * len(evidence.PC_REGIONS)
+
+
+def test_pc_sampling_refuses_what_it_cannot_read(tmp_path):
+    from kmeans_kernels.steps import evidence
+    empty = tmp_path / "empty.csv"
+    empty.write_text("nothing here\n")
+    with pytest.raises(ValueError, match="no kernel in this export"):
+        evidence.pc_sampling(empty)
+    no_producer = tmp_path / "no_producer.csv"
+    no_producer.write_text(_source_export([PC_KERNEL[4:]]))
+    with pytest.raises(ValueError, match="no producer section"):
+        evidence.where_warps_are(evidence.pc_sampling(no_producer))
+
+
+def test_the_recorded_pc_sampling_reads_whole():
+    from kmeans_kernels.steps import evidence
+    from workbook import records
+    pc = evidence.pc_sampling(records.DATA / "measured/h200/probes/kmeans_pc_sampling_8e2dd7a.csv.gz")
+    where = evidence.where_warps_are(pc)
+    assert len(where) == 2 and where.sum(axis=1).round(6).eq(100).all()
+    assert (where["a tile's work (MMA issue, norms, fold)"] > 50).all()

@@ -4,6 +4,7 @@
     evidence.chains(modules)                # per step: chains per thread, chain depth, compare-selects / depth
     evidence.issue_budget(art, D=128)       # issue cycles of a tile's scan per scheduler vs the tile's WGMMA cycles
     evidence.read_ncu(path)                 # tools/ncu_kmeans_steps.py's report: stall reasons, issue slots
+    evidence.where_warps_are(evidence.pc_sampling(path))   # PC sampling: share of warps per code region
 
 The argument. A serial scan is latency-bound only if the scheduler has nothing else to issue while a compare
 waits for its select. In the WGMMA layout each thread already holds two rows, so step 1 has two independent
@@ -14,6 +15,8 @@ cannot help: only fewer instructions can (step 3), or overlapping the scan with 
 """
 from __future__ import annotations
 
+import gzip
+import io
 import re
 from pathlib import Path
 
@@ -116,3 +119,85 @@ def stall_table(df: pd.DataFrame, top: int = 6) -> pd.DataFrame:
              "gpu__time_duration.sum": "duration (ms)"}
     more = df[[c for c in extra if c in df.columns]].rename(columns=extra).T
     return pd.concat([out, more])
+
+
+# Where a warp of the Hopper assignment kernel stands, from Nsight Compute's PC sampling, by the code it is at.
+PC_REGIONS = ("a tile's work (MMA issue, norms, fold)", "waiting for its own WGMMAs",
+              "turn barrier, warpgroup converging", "waiting for ring data", "the producer warp")
+_SAMPLES = "Warp Stall Sampling (All Samples)"
+
+
+def pc_sampling(path) -> pd.DataFrame:
+    """`ncu --page source --csv --print-source sass` of a report (plain or .gz; `ncu --section SourceCounters`):
+    one row per instruction of each kernel, in address order: kernel (0, 1, ... in report order), source (the
+    SASS), executed (warp instructions), samples, and one column per stall reason (`stall_<reason>`, the samples
+    of warps stalled there for that reason)."""
+    raw = Path(path).read_bytes()
+    text = (gzip.decompress(raw) if str(path).endswith(".gz") else raw).decode()
+    blocks = re.split(r'^"Kernel Name",.*$', text, flags=re.M)[1:]
+    if not blocks:
+        raise ValueError(f"{path}: no kernel in this export (expected ncu --page source --csv --print-source sass)")
+    frames = []
+    for k, block in enumerate(blocks):
+        df = pd.read_csv(io.StringIO(block.strip()), dtype=str)
+        reasons = [c for c in df.columns if c.startswith("stall_") and "(Not" not in c]
+        num = lambda c: pd.to_numeric(df[c], errors="coerce").fillna(0).astype(int)   # noqa: E731
+        frames.append(pd.DataFrame({"kernel": k, "source": df["Source"].str.strip(),
+                                    "executed": num("Instructions Executed"), "samples": num(_SAMPLES),
+                                    **{c: num(c) for c in reasons}}))
+    return pd.concat(frames, ignore_index=True)
+
+
+def _region(source: str, reason: str, producer: bool, after_wait: bool) -> str:
+    if producer:
+        return PC_REGIONS[4]
+    if "DEPBAR" in source:
+        return PC_REGIONS[1]
+    if reason == "stall_barrier":
+        # a named barrier (the turn), or WARPGROUP.ARRIVE waiting for the warpgroup's other warps, which ncu
+        # charges to the instruction after it
+        return PC_REGIONS[2]
+    if re.search(r"SYNCS|NANOSLEEP", source) or after_wait:
+        return PC_REGIONS[3]
+    return PC_REGIONS[0]
+
+
+def where_warps_are(samples: pd.DataFrame) -> pd.DataFrame:
+    """Per kernel (rows), the share of sampled warps (%) at each of PC_REGIONS (columns). The producer warp's code
+    runs from the first mbarrier wait after the kernel's __syncthreads (BAR.SYNC 0x0) to its EXIT; a consumer
+    at its WGMMA wait (WARPGROUP.DEPBAR) waits for its own WGMMAs; a consumer stalled on a barrier elsewhere waits
+    for its turn or for its warpgroup; a consumer at an mbarrier wait loop waits for a ring slot's data."""
+    out = {}
+    for kernel, rows in samples.groupby("kernel", sort=True):
+        src = rows.source.tolist()
+        sync = next((i for i, s in enumerate(src) if s.startswith("BAR.SYNC") and s.endswith(" 0x0")), None)
+        first = next((i for i in range(sync or 0, len(src)) if "TRYWAIT" in src[i]), None) if sync is not None else None
+        last = next((i for i in range(first, len(src)) if src[i].endswith("EXIT")), None) if first is not None else None
+        if last is None:
+            raise ValueError(f"kernel {kernel}: no producer section (BAR.SYNC 0x0, an mbarrier wait, EXIT) in its SASS")
+        reasons = [c for c in rows.columns if c.startswith("stall_")]
+        share = dict.fromkeys(PC_REGIONS, 0)
+        for i, row in enumerate(rows.itertuples(index=False)):
+            after_wait = src[i].startswith("@!P0") and "BRA" in src[i] and i > 0 and "SYNCS" in src[i - 1]
+            for reason in reasons:
+                share[_region(src[i], reason, first <= i <= last, after_wait)] += getattr(row, reason)
+        total = sum(share.values())
+        out[kernel] = {k: 100 * v / total for k, v in share.items()} if total else share
+    return pd.DataFrame.from_dict(out, orient="index")[list(PC_REGIONS)]
+
+
+def plot_where_warps_are(table: pd.DataFrame, note: str, ax=None):
+    """One stacked bar per profiled kernel (the table's rows): where its sampled warps stood, in %."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.6 + 0.7 * len(table)))
+    left = pd.Series(0.0, index=table.index)
+    for region, colour in zip(table.columns, ("tab:blue", "tab:orange", "tab:red", "tab:purple", "tab:gray")):
+        ax.barh([str(i) for i in table.index], table[region], left=left, color=colour, label=region)
+        left += table[region]
+    ax.set_xlim(0, 100)
+    ax.set_xlabel("% of sampled warps")
+    ax.invert_yaxis()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, fontsize=8, frameon=False)
+    ax.set_title(f"Where the warps stand ({note})", fontsize=9)
+    return ax.figure
