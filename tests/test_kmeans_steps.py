@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import random
 
+import pandas as pd
 import pytest
 import torch
 
@@ -550,3 +551,24 @@ def test_the_recorded_pc_sampling_reads_whole():
     where = evidence.where_warps_are(pc)
     assert len(where) == 2 and where.sum(axis=1).round(6).eq(100).all()
     assert (where["a tile's work (MMA issue, norms, fold)"] > 50).all()
+
+
+def test_roles_table_adds_the_roles_and_plots(tmp_path):
+    from kmeans_kernels.steps import evidence
+    times = {"kernel as shipped": 300.0, "MMAs only": 90.0, "folds only": 130.0, "both, apart": 176.0}
+    frame = pd.DataFrame([dict(N=65536, D=64, K=4096, mode=m, us_median=v) for m, v in times.items()])
+    t = evidence.roles_table(frame)
+    row = t.loc[(65536, 64, 4096)]
+    assert row["MMAs + folds"] == 220.0 and row["both / sum"] == pytest.approx(0.8)
+    assert row["max / sum"] == pytest.approx(130 / 220)
+    fig = evidence.plot_roles(t, "test")
+    assert len(fig.axes[0].patches) == 3
+    with pytest.raises(ValueError, match="no \\['both, apart'\\] rows"):
+        evidence.roles_table(frame[frame["mode"] != "both, apart"])
+
+
+def test_the_recorded_roles_probe_reads_whole():
+    from kmeans_kernels.steps import evidence
+    from workbook import records
+    t = evidence.roles_table(pd.read_csv(records.DATA / "measured/h200/probes/kmeans_roles_8e2dd7a.csv"))
+    assert len(t) == 3 and (t["both / sum"] <= 1.05).all() and (t["max / sum"] < t["both / sum"]).all()

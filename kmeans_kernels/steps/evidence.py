@@ -201,3 +201,43 @@ def plot_where_warps_are(table: pd.DataFrame, note: str, ax=None):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=2, fontsize=8, frameon=False)
     ax.set_title(f"Where the warps stand ({note})", fontsize=9)
     return ax.figure
+
+
+ROLE_MODES = ("kernel as shipped", "MMAs only", "folds only", "both, apart")
+
+
+def roles_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The roles probe (`probes/kmeans_roles_probe.py`): per shape (rows), the median us per call of each mode
+    (ROLE_MODES), the two roles' times added, and "both / sum": 1 where running them at once saves nothing
+    over running them one after the other, max / sum where the shorter hides wholly under the longer."""
+    t = frame.pivot_table(index=["N", "D", "K"], columns="mode", values="us_median", sort=False)
+    missing = [m for m in ROLE_MODES if m not in t.columns]
+    if missing:
+        raise ValueError(f"the roles probe has no {missing} rows")
+    t = t[list(ROLE_MODES)]
+    t["MMAs + folds"] = t["MMAs only"] + t["folds only"]
+    t["both / sum"] = t["both, apart"] / t["MMAs + folds"]
+    t["max / sum"] = t[["MMAs only", "folds only"]].max(axis=1) / t["MMAs + folds"]
+    return t
+
+
+def plot_roles(table: pd.DataFrame, note: str, ax=None):
+    """Per shape: the two roles alone, stacked (what running them one after the other costs), beside the two at
+    once; a tick at the longer role alone (what perfect overlap would cost)."""
+    import matplotlib.pyplot as plt
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 0.8 + 0.9 * len(table)))
+    labels = [f"{N} x {D} x {K}" for N, D, K in table.index]
+    y = range(len(table))
+    ax.barh([i - 0.2 for i in y], table["MMAs only"], height=0.36, color="tab:orange", label="MMAs only")
+    ax.barh([i - 0.2 for i in y], table["folds only"], height=0.36, left=table["MMAs only"], color="tab:blue",
+            label="folds only (after the MMAs: the sum)")
+    ax.barh([i + 0.2 for i in y], table["both, apart"], height=0.36, color="tab:green", label="both at once")
+    longer = table[["MMAs only", "folds only"]].max(axis=1)
+    ax.scatter(longer, [i + 0.2 for i in y], marker="|", s=400, color="black", label="the longer alone (full overlap)")
+    ax.set_yticks(list(y), labels)
+    ax.invert_yaxis()
+    ax.set_xlabel("us per call")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
+    ax.set_title(f"The two roles apart and at once ({note})", fontsize=9)
+    return ax.figure

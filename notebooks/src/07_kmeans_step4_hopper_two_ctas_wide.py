@@ -11,7 +11,8 @@
 # * explain the two ways to overlap the argmin with WGMMA: **two CTAs per SM** (what shared memory and registers that
 #   costs) and **one CTA with 256-wide tiles whose warpgroups ping-pong** (why it needs them);
 # * compute, before compiling, whether two CTAs fit (ring slots, the register cap) and check it in the cubin;
-# * read the whole progression, step 1 to step 4, as % of flashlib's kernel and % of the floor, with intervals.
+# * read the whole progression, step 1 to step 4, as % of flashlib's kernel and % of the floor, with intervals;
+# * read Nsight Compute's PC samples by code region, and test whether two kinds of work overlap by running them apart.
 
 # %%
 import matplotlib.patches as patches
@@ -237,6 +238,45 @@ for probe, variant in (("kmeans_four_warpgroups_fba53fb", "four_warpgroups"), ("
 # `auto` runs `lean_ping_pong` at D <= 128.
 
 # %% [markdown]
+# ## 9. Where the warps stand: the profiler's samples
+#
+# Nsight Compute can sample, every few thousand cycles, the program counter and stall reason of each warp on each
+# SM (`ncu --section SourceCounters`; `ncu -i report --page source --csv --print-source sass` exports them per SASS
+# instruction). Sorting `lean_ping_pong`'s samples by the code they land on says where its time goes. A second
+# probe takes the two roles apart in one kernel: warpgroup 0 only multiplies, warpgroup 1 only folds, neither waits
+# for the other (`notes/patches/kmeans-probe-roles.patch`); if the folds hid under the MMAs, both together would
+# take as long as the slower one alone.
+
+# %%
+from kmeans_kernels.steps import evidence
+
+probes = DATA / "measured/h200/probes"
+where = evidence.where_warps_are(evidence.pc_sampling(probes / "kmeans_pc_sampling_8e2dd7a.csv.gz"))
+where.index = ["65536 x 64 x 16384", "262144 x 128 x 4096"]          # in the order they were profiled
+display(where.style.format("{:.1f}").set_caption("% of sampled warps (NVIDIA H200, lean_ping_pong, commit 8e2dd7a)"))
+evidence.plot_where_warps_are(where, "NVIDIA H200, lean_ping_pong, commit 8e2dd7a: probes/kmeans_pc_sampling_8e2dd7a.csv.gz")
+plt.show()
+roles = evidence.roles_table(pd.read_csv(probes / "kmeans_roles_8e2dd7a.csv"))
+display(roles.style.format("{:.2f}").set_caption("us per call, median of 7 rounds of 10 calls (probes/kmeans_roles_8e2dd7a.csv)"))
+evidence.plot_roles(roles, "NVIDIA H200, lean_ping_pong + notes/patches/kmeans-probe-roles.patch: probes/kmeans_roles_8e2dd7a.csv")
+plt.show()
+
+# %% [markdown]
+# Two thirds of the samples find a consumer warp at work on a tile, and only about a tenth each waiting for its own
+# WGMMAs, for ring data, or for its turn: the schedule is not what leaves the tensor cores idle. The roles probe
+# says what does. At D = 64 the MMAs alone take 91 us and the folds alone 131 us, and the two at once (no turns, no
+# dependence between them but the shared ring) take 220 us: their sum (both / sum 0.99), where full overlap would
+# have cost 131. At D = 128 running them together saves 15 % of the sum, still far from the longer alone. On the
+# H200 the folds and the WGMMAs of another warpgroup on the same SM slow each other down about as much as if they
+# took turns. What they compete for, these probes do not say (inside the work the sampled warps mostly wait for the
+# issue slot, a busy pipe or an operand; the register file, through which Hopper's WGMMA accumulates, is one
+# candidate). The lever left on Hopper is fewer instructions per score (a fold is about 380 warp instructions per
+# warp per tile at D = 64, 225 of them the scan itself), not more overlap. Blackwell keeps the accumulators in tensor memory, away from the registers the fold works in
+# (notebook 08). Putting the point tile in registers to spare shared memory (the RS form of WGMMA) does not fit
+# either: two CTAs of nine warps put five warps on one sub-partition, which caps the kernel at 96 registers, and
+# ptxas then spills (`notes/perf-log.md`).
+
+# %% [markdown]
 # **Exercise 2 (edit and run).** In a copy of step 4, set `MIN_STAGES_TWO_CTAS = 2`. At which `D` does the kernel now
 # run two CTAs per SM that did not before, and with how many ring slots? Load the copy with `stepper.load(path)` and call
 # its `ctas_per_sm` and `stages_for`; on an H100/H200, `try_step(path)` times it against the original.
@@ -269,3 +309,6 @@ else:
 #   measured above.
 # * The turns pay on 128-wide tiles too, but only a little (section 8): they order each CTA's warpgroups, not the two
 #   CTAs that share the tensor cores; one ring over all four warpgroups orders them and starves the tensor cores.
+# * Why overlap pays so little on the H200 (section 9): the warps are mostly at work, not waiting, and the MMAs and
+#   the folds, run apart at once, take the sum of their times at D = 64 (0.85 of it at D = 128). What is left is
+#   fewer instructions per score.
