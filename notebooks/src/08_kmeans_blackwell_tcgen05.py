@@ -47,6 +47,10 @@ print(gpus.describe())
 # in tiles of 128. As in the primer's `tcgen05_tile`, the MMA result lands in **tensor memory**, 128 lanes × 512
 # columns of 32-bit cells per SM, not in registers. A 128 × 128 fp32 accumulator takes 128 columns, so two fit,
 # and the MMA warp fills one while the epilogue drains the other. The schematic below is drawn, not measured.
+# On the H200 the same overlap paid little: a Hopper warpgroup's folds and another's WGMMAs, run apart at once,
+# took nearly the sum of their times (notebook 07, section 9), and Hopper's WGMMA accumulates in the warps'
+# registers. Whether TMEM, away from the epilogue's registers, lets the two hide under each other on a B200 is a
+# question this machine cannot answer: nothing here ran on one.
 
 # %%
 tiles = 5
