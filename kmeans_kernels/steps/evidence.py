@@ -170,11 +170,13 @@ def where_warps_are(samples: pd.DataFrame) -> pd.DataFrame:
     out = {}
     for kernel, rows in samples.groupby("kernel", sort=True):
         src = rows.source.tolist()
-        sync = next((i for i, s in enumerate(src) if s.startswith("BAR.SYNC") and s.endswith(" 0x0")), None)
-        first = next((i for i in range(sync or 0, len(src)) if "TRYWAIT" in src[i]), None) if sync is not None else None
-        last = next((i for i in range(first, len(src)) if src[i].endswith("EXIT")), None) if first is not None else None
-        if last is None:
-            raise ValueError(f"kernel {kernel}: no producer section (BAR.SYNC 0x0, an mbarrier wait, EXIT) in its SASS")
+        try:
+            sync = next(i for i, s in enumerate(src) if s.startswith("BAR.SYNC") and s.endswith(" 0x0"))
+            first = next(i for i in range(sync, len(src)) if "TRYWAIT" in src[i])
+            last = next(i for i in range(first, len(src)) if src[i].endswith("EXIT"))
+        except StopIteration:
+            raise ValueError(f"kernel {kernel}: no producer section (BAR.SYNC 0x0, an mbarrier wait, EXIT) in its SASS") \
+                from None
         reasons = [c for c in rows.columns if c.startswith("stall_")]
         share = dict.fromkeys(PC_REGIONS, 0)
         for i, row in enumerate(rows.itertuples(index=False)):

@@ -243,9 +243,9 @@ for probe, variant in (("kmeans_four_warpgroups_fba53fb", "four_warpgroups"), ("
 # Nsight Compute can sample, every few thousand cycles, the program counter and stall reason of each warp on each
 # SM (`ncu --section SourceCounters`; `ncu -i report --page source --csv --print-source sass` exports them per SASS
 # instruction). Sorting `lean_ping_pong`'s samples by the code they land on says where its time goes. A second
-# probe takes the two roles apart in one kernel: warpgroup 0 only multiplies, warpgroup 1 only folds, neither waits
-# for the other (`notes/patches/kmeans-probe-roles.patch`); if the folds hid under the MMAs, both together would
-# take as long as the slower one alone.
+# probe takes the two roles apart in one kernel: warpgroup 0 only multiplies, warpgroup 1 only folds, and they
+# share nothing but the ring (`notes/patches/kmeans-probe-roles.patch`); if the folds hid under the MMAs, both
+# together would take as long as the slower one alone.
 
 # %%
 from kmeans_kernels.steps import evidence
@@ -271,8 +271,8 @@ plt.show()
 # took turns. What they compete for, these probes do not say (inside the work the sampled warps mostly wait for the
 # issue slot, a busy pipe or an operand; the register file, through which Hopper's WGMMA accumulates, is one
 # candidate). The lever left on Hopper is fewer instructions per score (a fold is about 380 warp instructions per
-# warp per tile at D = 64, 225 of them the scan itself), not more overlap. Blackwell keeps the accumulators in tensor memory, away from the registers the fold works in
-# (notebook 08). Putting the point tile in registers to spare shared memory (the RS form of WGMMA) does not fit
+# warp per tile at D = 64, 225 of them the scan itself), not more overlap. Blackwell keeps the accumulators in
+# tensor memory, away from the registers the fold works in (notebook 08). Putting the point tile in registers to spare shared memory (the RS form of WGMMA) does not fit
 # either: two CTAs of nine warps put five warps on one sub-partition, which caps the kernel at 96 registers, and
 # ptxas then spills (`notes/perf-log.md`).
 
