@@ -84,6 +84,8 @@ HOPPER_CANDIDATES = {
     "64x256 uniform cluster1": _H(tile=(64, 256, 64), schedule="uniform", cluster_m=1),
     "64x128 stream-k cluster1": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=1, stream_k=True),
     "64x128 uniform cluster2": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=2),
+    "64x64 uniform cluster2": _H(tile=(64, 64, 64), schedule="uniform", cluster_m=2),
+    "64x128 stream-k cluster2": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=2, stream_k=True),
 }
 HOPPER_FALLBACK = "256 balanced cluster2"   # the rule's choice where the sweep has nothing nearby (= HOPPER_DEFAULT)
 

@@ -214,26 +214,21 @@ class HopperGemm(Epilogues):
     def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster, num_clusters,
                 rank, num_items):
         """One warp: walk the work list, stream each segment's K-blocks of A and B into the ring."""
-        cm, tile_m = self.cfg.cluster_m, self.cfg.tile_m
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
-        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, -1, cluster, num_clusters, num_items)
-        item, taken = self.take(queue_pipe, queue, cluster - num_clusters, num_clusters, taken)
+        # The first item is known without the counter: load it at once, and read its queue entry (which this
+        # claim publishes for the consumers) only once its loads are issued.
+        item = self.first_item(cluster, num_clusters, num_items)
+        claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items,
+                             first=True)
+        if item < num_items:
+            state = self.load_item(tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state)
+            _, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
+            claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items)
+            item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
         while item < num_items:
-            for seg in cutlass.range_constexpr(self.cfg.segments):   # unrolled: a segment's fields load as one LDG.128
-                col = seg * SEGMENT_COLS
-                m0, n0 = work[item, col] + rank * tile_m, work[item, col + 1]
-                k0, k_count = work[item, col + 3], work[item, col + 4]
-                # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
-                gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (tile_m, TILE_K), (0, None))
-                gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
-                tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
-                                                   cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
-                # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
-                tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
-                                                   cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-                state = self.load_k_blocks(ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, k_count, state)
+            state = self.load_item(tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state)
             # the last loads of this item are issued: claim the next one now, while the ring still holds
             # `stages` K-blocks of work for the consumers, so the claim's round trip is hidden
             claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items)
@@ -242,6 +237,25 @@ class HopperGemm(Epilogues):
         if cutlass.const_expr(self.cfg.dynamic):
             queue_pipe.producer_tail(claimed)         # nor while the other CTA may still release queue entries
             self.reset_counter(counter, rank, num_clusters)
+
+    @cute.jit
+    def load_item(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state):
+        """Producer warp: stream the K-blocks of every segment of work-list row `item`; returns the ring position."""
+        cm, tile_m = self.cfg.cluster_m, self.cfg.tile_m
+        for seg in cutlass.range_constexpr(self.cfg.segments):   # unrolled: a segment's fields load as one LDG.128
+            col = seg * SEGMENT_COLS
+            m0, n0 = work[item, col] + rank * tile_m, work[item, col + 1]
+            k0, k_count = work[item, col + 3], work[item, col + 4]
+            # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
+            gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (tile_m, TILE_K), (0, None))
+            gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
+            tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                               cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+            # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
+            tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
+                                               cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
+            state = self.load_k_blocks(ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, k_count, state)
+        return state
 
     @cute.jit
     def load_k_blocks(self, ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, count, state):
@@ -373,26 +387,45 @@ class HopperGemm(Epilogues):
             trace[cta, col] = cute.arch.globaltimer()
 
     # ---------------------------------------------------------------- which item next
-    # Static: cluster c runs items c, c + clusters, c + 2 * clusters, ... Dynamic: rank 0's producer warp claims
-    # the next item from a global counter and every warp of the cluster reads it from the queue. Items then
-    # *start* in list order whatever each SM's speed, so the items in flight stay neighbours in the banded
-    # raster; the static walk lets the SMs drift apart over many items, and at 16384^3 read 1.6x the DRAM bytes
-    # of one-CTA-per-item launches (ncu on the H200: data/measured/h200/probes/ncu_np_16384.txt).
+    # Static: cluster c runs items c, c + clusters, c + 2 * clusters, ... Dynamic: cluster c starts on item c,
+    # then rank 0's producer warp claims each next item from a global counter and every warp of the cluster
+    # reads it from the queue. Items then *start* in list order whatever each SM's speed, so the items in
+    # flight stay neighbours in the banded raster; the static walk lets the SMs drift apart over many items,
+    # and at 16384^3 read 1.6x the DRAM bytes of one-CTA-per-item launches (ncu on the H200:
+    # data/measured/h200/probes/ncu_np_16384.txt).
 
     @cute.jit
-    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items):
+    def first_item(self, cluster, num_clusters, num_items):
+        """Cluster c's first item, known without the counter (which hands out the later ones), so that the
+        first K-blocks are not behind a global atomic's round trip: row c, or with stream-K, when there are
+        fewer whole rows than clusters, its unit."""
+        item = cluster
+        if cutlass.const_expr(self.cfg.dynamic and self.cfg.stream_k):
+            whole = num_items - num_clusters
+            if item >= whole:
+                item = whole + cluster
+        return item
+
+    @cute.jit
+    def claim(self, pipe, queue, counter, rank, claimed, current, cluster, num_clusters, num_items,
+              first: cutlass.Constexpr = False):
         """Producer warp: wait until every reader is done with the next queue entry and arm its barrier for 4
         bytes; in rank 0, one lane takes a ticket from the counter and stores it into every CTA's entry.
 
         With stream-K the last `num_clusters` rows are the units, and cluster c runs unit c once its whole rows
         are done: were units claimed like rows, a cluster could claim (look ahead to) the very unit whose
-        partial its own FINISH is waiting for, and wait forever. `current`: the row being loaded (-1: none)."""
+        partial its own FINISH is waiting for, and wait forever. `current`: the row being loaded. `first`:
+        publish `current`, the cluster's first item (`first_item`), and take no ticket."""
         if cutlass.const_expr(self.cfg.dynamic):
             pipe.producer_acquire(claimed)
             if rank == 0:
                 if cute.arch.lane_idx() == 0:
-                    ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1))
-                    if cutlass.const_expr(self.cfg.stream_k):
+                    if cutlass.const_expr(first):
+                        ticket = current
+                    else:
+                        # tickets 0 .. num_clusters - 1 went out as first items
+                        ticket = cute.arch.atomic_add(counter.iterator, cutlass.Int32(1)) + num_clusters
+                    if cutlass.const_expr(self.cfg.stream_k and not first):
                         whole = num_items - num_clusters
                         if ticket >= whole:
                             ticket = whole + cluster
