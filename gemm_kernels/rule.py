@@ -1,6 +1,6 @@
 """The per-shape configuration rule of the Hopper GEMM, learned from a recorded sweep (`gemm_kernels.sweep`).
 
-    rule.choose(16, 4096, 4096)       # "64 stream-k cluster1": a name of configs.HOPPER_CANDIDATES
+    rule.choose(16, 4096, 4096)       # "64x128 stream-k cluster1": a name of configs.HOPPER_CANDIDATES
     rule.options_for(16, 4096, 4096)  # its hopper_options.Options: what gemm(a, b) runs with no options given
     rule.fit(frame)                   # a Rule from sweep rows (pandas), e.g. records.read("h200", sweep.TABLE)
     python -m gemm_kernels.rule --fit # learn from data/measured/h200/gemm_config_sweep.csv -> rule_h200.json
