@@ -72,6 +72,14 @@ display(dram.drop(columns=["file"]).round(3))
 # L2 (`hopper_worklist.band_rows_for`), the bytes came close to cuBLAS's, and the clock gap shrank with them (the second build
 # in the first table).
 #
+# A cluster's *first* item needs no ticket: cluster *c* starts on item *c*, and the counter hands out tickets from
+# the number of clusters on (`HopperGemm.first_item`). The producer warp loads that item at once and reads the queue
+# entry it published for the consumers only afterwards. Traced, a CTA's consumers had their first row about
+# 0.35 µs after entry instead of 0.70: a few per cent of a 12 µs skinny GEMM's kernel time, half a per cent of
+# 4096³'s (the `gemm_first_item` probes in `data/measured/h200/probes/`, and the perf log). One trap on the way:
+# letting the consumers, too, take their first item straight from the cluster index made ptxas serialize every
+# WGMMA (warning C7520, "WG.AR in divergent path"), which `test_wgmmas_are_not_serialized` catches on the CPU.
+#
 # ## Finding 2: over a grid of shapes
 #
 # `python -m gemm_kernels.bench --sweep` times `torch.matmul` and the production default on every M, N in
