@@ -217,8 +217,8 @@ class HopperGemm(Epilogues):
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
-        # The first item is known without the counter: load it at once, and read its queue entry (which this
-        # claim publishes for the consumers) only once its loads are issued.
+        # The first item is known without the counter: load it at once; its queue entry (which this claim
+        # publishes for the consumers) is read after those loads only to free the entry for reuse.
         item = self.first_item(cluster, num_clusters, num_items)
         claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items,
                              first=True)
