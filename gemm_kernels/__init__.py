@@ -67,9 +67,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options=None, **overrides) -> torch.T
     epilogue, schedule, ...) or give `out`."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise ValueError("a and b must be torch tensors")
-    if a.device.type != "cuda" or b.device != a.device:
+    index = a.get_device()               # -1 off CUDA; an int is cheaper than a.device on every call
+    if index < 0 or b.get_device() != index:
         raise ValueError(f"a and b must be CUDA tensors on one device; got {a.device} and {b.device}")
-    return backend(arch_of(a.device)).gemm(a, b, options, **overrides)
+    return backend(arch_of(index)).gemm(a, b, options, **overrides)
 
 
 def compile_gemm(M: int, N: int, K: int, options=None, *, arch: str = "sm_90a", **overrides):

@@ -32,6 +32,12 @@ from gemm_kernels.hopper_worklist import band_rows_for, work_rows
 from workbook import launch
 
 
+# Entries of the per-call look-ups (`_prepare`, and by signature `_operands`, `_call_for`) before the oldest go
+# (or, by signature, all start afresh): a program calls a few shapes over and over, and a sweep of thousands
+# must not grow them without bound.
+SIGNATURES = 64
+
+
 @dataclass(frozen=True)
 class _Call:
     """Everything about a GEMM call that its shape, dtype and options fix, worked out once (`_prepare`)."""
@@ -75,7 +81,7 @@ class _Call:
         return found
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=SIGNATURES)
 def _prepare(M: int, N: int, K: int, device: int, options: Options, dtype: torch.dtype) -> _Call:
     """Check the shape and the GPU, plan the work list and compile the kernel, once per shape, device, options
     and dtype (planning is Python, milliseconds; the compile is seconds): a call then only reads this back."""
@@ -93,7 +99,22 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options, dtype: torch
 
 def _call_for(M: int, N: int, K: int, device: int, options: Options | None = None, *,
               dtype: torch.dtype = torch.bfloat16, **overrides) -> _Call:
+    if options is None and not overrides:
+        return _rule_call(M, N, K, device, dtype)
     return _prepare(M, N, K, device, _options_for(M, N, K, options, overrides), dtype)
+
+
+@functools.lru_cache(maxsize=SIGNATURES)
+def _rule_call(M: int, N: int, K: int, device: int, dtype: torch.dtype) -> _Call:
+    """The _Call of the rule's choice, looked up by the sizes alone (no Options to hash at every call)."""
+    return _prepare(M, N, K, device, rule.options_for(M, N, K), dtype)
+
+
+def clear_caches() -> None:
+    """Forget every prepared call, compiled kernel and checked signature (tests that change how calls launch)."""
+    for cached in (_prepare, _rule_call, _launches):
+        cached.cache_clear()
+    _signatures.clear()
 
 
 def _options_for(M: int, N: int, K: int, options: Options | None, overrides: dict) -> Options:
@@ -143,7 +164,24 @@ def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch
 
 
 def _operands(a, b) -> tuple[int, int, int, int]:
-    """(M, N, K, device) of checked operands for c = a @ b: both of one dtype, bf16 or fp16."""
+    """(M, N, K, device) of checked operands for c = a @ b: both of one dtype, bf16 or fp16. A pair of shapes and
+    dtypes that passed once (`_checked_operands`) is only checked for what can differ between tensors of that
+    signature: contiguity, the 16-byte boundary and the device."""
+    if type(a) is torch.Tensor and type(b) is torch.Tensor:
+        found = _signatures.get((a.shape, b.shape, a.dtype, b.dtype))
+        if found is not None and a.is_contiguous() and b.is_contiguous() and not (a.data_ptr() | b.data_ptr()) & 15:
+            device = a.get_device()
+            if a.is_cuda and b.is_cuda and b.get_device() == device:
+                return (*found, device)
+    return _checked_operands(a, b)
+
+
+# (a.shape, b.shape, a.dtype, b.dtype) -> (M, N, K) of operand pairs that passed every check (`_operands`)
+_signatures: dict = {}
+
+
+def _checked_operands(a, b) -> tuple[int, int, int, int]:
+    """`_operands` by every check, each failure a ValueError that names it."""
     check_operand("a", a, DTYPES)
     check_operand("b", b, DTYPES)
     if b.dtype != a.dtype:
@@ -155,6 +193,9 @@ def _operands(a, b) -> tuple[int, int, int, int]:
     (M, K), (K2, N) = a.shape, b.shape
     if K != K2:
         raise ValueError(f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}")
+    if len(_signatures) >= SIGNATURES:
+        _signatures.clear()
+    _signatures[a.shape, b.shape, a.dtype, b.dtype] = (M, N, K)
     return M, N, K, device
 
 

@@ -436,6 +436,38 @@ def test_balanced_schedule_really_has_narrow_items():
     assert isinstance(plan, waves.Plan)
 
 
+def test_a_remembered_signature_still_checks_what_each_call_can_change():
+    """`_operands` remembers shape and dtype pairs that passed; tensors of such a pair are still checked for their
+    device, layout and start: a CPU pair of a remembered signature is refused as before (the GPU test below
+    runs the layout and start cases)."""
+    a = torch.zeros(64, 64, dtype=torch.bfloat16)
+    hopper_host._signatures[a.shape, a.shape, a.dtype, a.dtype] = (64, 64, 64)
+    try:
+        with pytest.raises(ValueError, match="CUDA"):
+            hopper_host.gemm(a, a)
+    finally:
+        hopper_host._signatures.clear()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+def test_a_checked_signature_still_checks_layout_start_and_device():
+    """After a good call of a signature, a transposed view, a tensor off a 16-byte start and a CPU tensor of the
+    same shape and dtype are each refused by name."""
+    a = torch.ones(64, 64, device="cuda", dtype=torch.bfloat16)
+    assert torch.equal(hopper_host.gemm(a, a), torch.full((64, 64), 64.0, device="cuda", dtype=torch.bfloat16))
+    with pytest.raises(ValueError, match="contiguous"):
+        hopper_host.gemm(a.t(), a)
+    off = torch.zeros(64 * 64 + 8, device="cuda", dtype=torch.bfloat16)[1:1 + 64 * 64].view(64, 64)
+    with pytest.raises(ValueError, match="16-byte"):
+        hopper_host.gemm(a, off)
+    with pytest.raises(ValueError, match="CUDA"):
+        hopper_host.gemm(a.cpu(), a)
+    with pytest.raises(ValueError, match="one device|CUDA"):
+        hopper_host.gemm(a, a.cpu())
+
+
 @pytest.mark.gpu
 @needs_cuda
 @needs_hopper
@@ -469,8 +501,7 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
     from workbook import launch
     monkeypatch.setattr(launch, "GRAPHS", graphs)
     monkeypatch.setattr(launch, "CAPTURE_AFTER", 2)     # captured at the second sighting
-    hopper_host._launches.cache_clear()
-    hopper_host._prepare.cache_clear()
+    hopper_host.clear_caches()
     M, N, K = 1000, 1032, 520
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
@@ -497,8 +528,7 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
         assert cache.counts == {"first": 3, "captured": 2 * graphs, "replayed": 2 * graphs,
                                 "direct": 2 * (not graphs)}
         assert cache.graph_count == 2 * graphs and len(cache._templates) == 2
-    hopper_host._launches.cache_clear()
-    hopper_host._prepare.cache_clear()
+    hopper_host.clear_caches()
 
 
 @pytest.mark.gpu

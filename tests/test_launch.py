@@ -312,6 +312,14 @@ def test_reaimable_must_name_pointer_positions():
         launch.LaunchCache(FakeCompiled(), pointers=2, reaimable=(1, 1))
 
 
+@pytest.fixture(autouse=True)
+def _gpu_count_read_afresh():
+    """`launch.one_gpu` caches torch's device count; the tests here stand in for it."""
+    launch.one_gpu.cache_clear()
+    yield
+    launch.one_gpu.cache_clear()
+
+
 @pytest.fixture
 def devices(monkeypatch):
     """torch's current-device calls, stood in for: two GPUs, device 0 current; `entered` logs the guards."""
@@ -360,6 +368,21 @@ def test_with_one_gpu_visible_no_device_guard_is_entered(devices, fake_graphs, m
     for _ in range(3):
         cache("a", lambda s: ("a", s), stream=3)
     assert devices["entered"] == [] and fake_graphs["replayed"] == [("graph0", 3)] * 2
+
+
+def test_on_device_asks_for_the_current_device_only_with_several_gpus(devices, monkeypatch):
+    """on_device: no guard where the index is current; with one GPU visible not even a current_device() call
+    (host time on every launch); with two, a guard for the other one."""
+    asked = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: asked.append(1) or devices["current"])
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert launch.on_device(0) is launch._NO_GUARD and asked == []
+    launch.one_gpu.cache_clear()
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert launch.on_device(0) is launch._NO_GUARD and asked == [1]
+    with launch.on_device(1):
+        assert devices["current"] == 1
+    assert devices["entered"] == [1] and devices["current"] == 0
 
 
 def test_kmeans_caches_are_keyed_by_device_and_launch_there(devices, fake_graphs, monkeypatch):

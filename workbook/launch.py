@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import operator
 import os
 import warnings
@@ -86,7 +87,7 @@ class LaunchCache:
         self.graphs = GRAPHS if graphs is None else graphs
         self.device = device
         # with one GPU visible the current device is this one: no guard, and no current_device() call, per launch
-        self._guard = device is not None and torch.cuda.device_count() != 1
+        self._guard = device is not None and not one_gpu()
         # least recently used first, all three
         self._seen: dict[Hashable, int] = {}           # (key, stream) without a graph -> its sightings
         self._graphed: dict[Hashable, object] = {}     # (key, stream) -> executable graph
@@ -221,10 +222,18 @@ _NO_GUARD = contextlib.nullcontext()
 
 def on_device(index: int | None):
     """A guard that makes CUDA device `index` current, or nothing when it already is (or index is None): the
-    switch costs host time, which a per-call-synchronised benchmark would count."""
-    if index is None or index == torch.cuda.current_device():
+    switch costs host time, which a per-call-synchronised benchmark would count. With one GPU visible it is
+    always current, and not even asked for."""
+    if index is None or one_gpu() or index == torch.cuda.current_device():
         return _NO_GUARD
     return torch.cuda.device(index)
+
+
+@functools.lru_cache(maxsize=1)
+def one_gpu() -> bool:
+    """Whether this process sees exactly one CUDA device (fixed once CUDA is up: CUDA_VISIBLE_DEVICES is read
+    at initialisation)."""
+    return torch.cuda.device_count() == 1
 
 
 # ---- the driver calls behind the cache (module functions, so CPU tests can stand in for them)
