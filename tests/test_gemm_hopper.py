@@ -471,6 +471,22 @@ def test_a_checked_signature_still_checks_layout_start_and_device():
 @pytest.mark.gpu
 @needs_cuda
 @needs_hopper
+def test_each_call_without_out_gets_a_fresh_contiguous_output():
+    """The output comes from empty_like of the call's expanded element: a contiguous [M, N] of a's dtype on its
+    device, new storage at every call (the last call's result is never written over)."""
+    for dtype in (torch.bfloat16, torch.float16):
+        a = torch.ones(200, 64, device="cuda", dtype=dtype)
+        b = torch.ones(64, 136, device="cuda", dtype=dtype)
+        first, second = hopper_host.gemm(a, b), hopper_host.gemm(a, 2 * b)
+        for c, value in ((first, 64.0), (second, 128.0)):
+            assert c.shape == (200, 136) and c.stride() == (136, 1) and c.dtype == dtype and c.device == a.device
+            assert torch.equal(c, torch.full_like(c, value))
+        assert first.data_ptr() != second.data_ptr()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
 def test_gpu_input_errors():
     a = torch.zeros(64, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="bfloat16 or float16"):
