@@ -9,9 +9,9 @@ The rule: score each candidate at each measured shape by the geometric mean of i
 (kernel time back to back, the latency a user sees, and the GPU's own kernel durations); for a new shape, take
 the `NEIGHBOURS` measured shapes nearest to it in (log2 M, log2 N, log2 K) and choose the candidate with the best
 mean log score over them, each weighted by 1 / (its squared distance + `DISTANCE_SMOOTHING`). A shape the sweep
-measured is its own nearest neighbour and weighs most, so there the rule follows the measurement, tempered by
-the two next shapes (one noisy round does not flip it); between measured shapes it follows the closest ones.
-Nothing is timed at call time. `leave_one_out` says how well the rule predicts shapes it has not seen.
+measured takes the candidate measured best there: its neighbours can only blur that (4097 x 4104 x 4104 sits at
+distance 0 from 4096^3 in log size, yet stream-K pays there and not at 4096^3). Nothing is timed at call time.
+`leave_one_out` says how well the rule predicts shapes it has not seen.
 
 Few-wave shapes (under `FEW_WAVES` waves of the default tiles) are where nearness in log size misleads: 384 rows
 are three 128-row tiles but one and a half CTA pairs, so a neighbour's best candidate can waste a third of the GPU
@@ -52,9 +52,14 @@ class Rule:
     planned: tuple[tuple[float, ...], ...]
 
     def choose(self, M: int, N: int, K: int, *, without: tuple[int, int, int] | None = None) -> str:
-        """The candidate with the best mean score over the measured shapes nearest to (M, N, K), each carried
-        over by the planner where (M, N, K) is a few-wave shape (`few_waves`); `without`: a shape to leave out,
-        for `leave_one_out`."""
+        """The candidate measured best at (M, N, K) where the sweep measured it; elsewhere the one with the best
+        mean score over the measured shapes nearest to it, each carried over by the planner where (M, N, K) is a
+        few-wave shape (`few_waves`). `without`: a shape to leave out, for `leave_one_out`."""
+        here = self.measured.get((M, N, K)) if (M, N, K) != without else None
+        if here is not None:
+            timed = [(v, name) for v, name in zip(self.scores[here], self.candidates) if not math.isnan(v)]
+            if timed:
+                return min(timed)[1]
         near = self.neighbours(M, N, K, without=without)
         if not near:
             return configs.HOPPER_FALLBACK
@@ -72,6 +77,11 @@ class Rule:
             if score < best_score:
                 best, best_score = name, score
         return best
+
+    @functools.cached_property
+    def measured(self) -> dict[tuple[int, int, int], int]:
+        """Each measured shape's index into `shapes`."""
+        return {shape: i for i, shape in enumerate(self.shapes)}
 
     def neighbours(self, M: int, N: int, K: int, *, without: tuple[int, int, int] | None = None
                    ) -> list[tuple[int, float]]:

@@ -100,13 +100,16 @@ def test_a_candidate_missing_at_a_neighbour_is_not_chosen_there():
     assert fitted.choose(64, 4096, 4096) != "64 stream-k cluster1"
 
 
-def test_a_measured_shape_outweighs_its_neighbours(monkeypatch):
+def test_a_measured_shape_takes_its_own_best(monkeypatch):
+    """Where the sweep measured a shape, its own best candidate, even against a neighbour at distance 0 in log
+    size (4097 x 4104 x 4104 beside 4096^3); left out, the neighbours decide; between them, the nearest."""
     monkeypatch.setattr(rule, "FEW_WAVES", 0.0)
-    shapes = [(4096, 4096, 4096), (4096, 4096, 8192), (4096, 4096, 16384)]
-    best = {shapes[0]: "192 balanced cluster2", shapes[1]: "256 balanced cluster2", shapes[2]: "256 balanced cluster2"}
+    shapes = [(4096, 4096, 4096), (4097, 4104, 4104), (5000, 5000, 5000)]
+    best = {shapes[0]: "256 balanced cluster2", shapes[1]: "256 stream-k cluster2", shapes[2]: "256 stream-k cluster2"}
     fitted = rule.fit(_frame(best, shapes))
-    assert fitted.choose(*shapes[0]) == "192 balanced cluster2"          # weights 4 : 0.8 : 0.24, not one vote of three
-    assert fitted.choose(*shapes[0], without=shapes[0]) == "256 balanced cluster2"
+    assert [fitted.choose(*s) for s in shapes] == [best[s] for s in shapes]
+    assert fitted.choose(*shapes[0], without=shapes[0]) == "256 stream-k cluster2"
+    assert fitted.choose(4200, 4200, 4200) == "256 stream-k cluster2"
 
 
 # Few-wave shapes: two candidates equally fast at every measured neighbour, but at 384 rows the 128-row

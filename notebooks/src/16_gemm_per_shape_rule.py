@@ -121,9 +121,11 @@ print(f"so our host path costs about {ours.kernel.median():.0f} µs per call aga
 # ## 3. The rule
 #
 # Score each candidate at each measured shape by the mean of the logs of its three ratios to `torch.matmul`
-# (< 0: faster than torch). For a shape, take the three measured shapes nearest to it in (log2 M, log2 N, log2 K)
-# and pick the candidate with the best mean score over them, each neighbour weighted by 1 / (its squared distance
-# + 0.25), so that a measured shape (weight 4) mostly follows its own measurement.
+# (< 0: faster than torch). A measured shape takes the candidate measured best there. For any other shape, take
+# the three measured shapes nearest to it in (log2 M, log2 N, log2 K) and pick the candidate with the best mean
+# score over them, each neighbour weighted by 1 / (its squared distance + 0.25). (Why not let a measured shape's
+# neighbours temper its own measurement: 4097 × 4104 × 4104 lies at distance 0 from 4096³ in log size, and
+# stream-K pays at the first and not at the second.)
 #
 # Nearness in log size misleads where few waves run: 384 rows are three 128-row tiles but one and a half CTA
 # pairs, so a neighbour at 512 rows says nothing about the half-empty pair at 384. Below two waves of the default
