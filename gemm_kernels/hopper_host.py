@@ -108,8 +108,9 @@ def _call_for(M: int, N: int, K: int, device: int, options: Options | None = Non
 
 @functools.lru_cache(maxsize=SIGNATURES)
 def _rule_call(M: int, N: int, K: int, device: int, dtype: torch.dtype) -> _Call:
-    """The _Call of the rule's choice, looked up by the sizes alone (no Options to hash at every call)."""
-    return _prepare(M, N, K, device, rule.options_for(M, N, K), dtype)
+    """The _Call of a call with no options (`_options_for`: the rule's choice), looked up by the sizes alone: no
+    Options to hash at every call."""
+    return _prepare(M, N, K, device, _options_for(M, N, K, None, {}), dtype)
 
 
 def clear_caches() -> None:
