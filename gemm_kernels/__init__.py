@@ -64,7 +64,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options=None, **overrides) -> torch.T
     """a @ b on the tensor cores of this GPU: a [M, K] and b [K, N] row-major, both bf16 or both fp16, fp32
     accumulation, c [M, N] of their dtype. `options`: the backend's Options (`hopper_options.Options` on an
     H100/H200, `blackwell_options.Options` on a B200); keyword arguments override its fields (tile, stages,
-    epilogue, schedule, ...) or give `out`."""
+    epilogue, schedule, ...) or give `out`; on an H100/H200, `autotune=True` times the rule's nearby favourites
+    once per shape and keeps the fastest (`hopper_host.gemm`)."""
     if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
         raise ValueError("a and b must be torch tensors")
     index = a.get_device()               # -1 off CUDA; an int is cheaper than a.device on every call

@@ -3,6 +3,7 @@
     c = gemm(a, b)                                      # a [M, K] @ b [K, N], bf16 or fp16, on an H100/H200
     c = gemm(a, b, Options(schedule="uniform"))         # any `hopper_options.Options` ...
     c = gemm(a, b, cluster_m=1, out=c)                  # ... or its fields by name, over the default
+    c = gemm(a, b, autotune=True)                       # the fastest of `rule.contenders`, timed once per shape
     art = compile_gemm(4096, 4096, 4096)                # no GPU needed: workbook.sass.Artifacts
     c, frame = timeline(a, b)                           # the traced build: every CTA's rows (hopper_trace)
 
@@ -15,6 +16,7 @@ lookup, the operand checks and a graph launch.
 from __future__ import annotations
 
 import functools
+import statistics
 from dataclasses import dataclass, field
 
 import cuda.bindings.driver as cuda_driver
@@ -24,7 +26,7 @@ import cutlass
 import cutlass.cute as cute
 from cutlass.cute.runtime import make_fake_stream
 
-from gemm_kernels import check_operand, rule
+from gemm_kernels import check_operand, configs, rule
 from gemm_kernels.hopper import ELEMENT_TYPES, HopperGemm
 from gemm_kernels.hopper_options import ALIGN, ARCH, DTYPES, TILE_K, Config, Options, check_shape, config_for
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
@@ -114,10 +116,67 @@ def _rule_call(M: int, N: int, K: int, device: int, dtype: torch.dtype) -> _Call
 
 
 def clear_caches() -> None:
-    """Forget every prepared call, compiled kernel and checked signature (tests that change how calls launch)."""
+    """Forget every prepared call, compiled kernel, checked signature and tuned choice (tests that change how
+    calls launch)."""
     for cached in (_prepare, _rule_call, _launches):
         cached.cache_clear()
     _signatures.clear()
+    _tuned.clear()
+
+
+# autotune: every contender gets AUTOTUNE_ROUNDS turns, in rotating order, of AUTOTUNE_CALLS calls back to back
+AUTOTUNE_ROUNDS, AUTOTUNE_CALLS = 3, 10
+_tuned: dict = {}   # (M, N, K, device, dtype) -> the _Call autotune chose
+
+
+def _tuned_call(a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, device: int) -> _Call:
+    """The _Call of the fastest of `rule.contenders(M, N, K)` on these operands, timed on the first call of the
+    shape (and dtype and device) in this process and remembered; candidates that refuse the shape are skipped."""
+    key = (M, N, K, device, a.dtype)
+    found = _tuned.get(key)
+    if found is not None:
+        return found
+    if torch.cuda.is_current_stream_capturing():
+        raise ValueError("gemm(a, b, autotune=True) times its candidates at the first call of a shape, which a "
+                         "CUDA graph capture cannot hold: make one such call before capturing")
+    calls = {}
+    for name in rule.contenders(M, N, K):
+        try:
+            calls[name] = _prepare(M, N, K, device, configs.HOPPER_CANDIDATES[name], a.dtype)
+        except ValueError:
+            continue                        # this configuration cannot take the shape
+    out = torch.empty_like(next(iter(calls.values())).out_like)
+    names = list(calls)
+    times = {name: [] for name in names}
+    for r in range(AUTOTUNE_ROUNDS):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            times[name].append(_time_ms(calls[name], a, b, out))
+    if len(_tuned) >= SIGNATURES:
+        _tuned.clear()
+    found = _tuned[key] = calls[fastest(times)]
+    return found
+
+
+def fastest(times: dict) -> str:
+    """The name whose timings (ms) have the lowest median; the first such name on a tie."""
+    return min(times, key=lambda name: statistics.median(times[name]))
+
+
+def _time_ms(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> float:
+    """ms per call of `call` on (a, b) -> out: two warm-up calls (a first call compiles), then AUTOTUNE_CALLS
+    back to back between two CUDA events on the current stream."""
+    device = a.get_device()
+    with launch.on_device(device):
+        stream = launch.stream_handle(device)
+        for _ in range(2):
+            _launch(call, a, b, out, stream)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(AUTOTUNE_CALLS):
+            _launch(call, a, b, out, stream)
+        end.record()
+        end.synchronize()
+    return start.elapsed_time(end) / AUTOTUNE_CALLS
 
 
 def _options_for(M: int, N: int, K: int, options: Options | None, overrides: dict) -> Options:
@@ -203,13 +262,18 @@ def _checked_operands(a, b) -> tuple[int, int, int, int]:
 
 
 def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, out: torch.Tensor | None = None,
-         **overrides) -> torch.Tensor:
+         autotune: bool = False, **overrides) -> torch.Tensor:
     """c = a @ b on an H100/H200: a [M, K], b [K, N] (row-major, as torch lays out `a @ b`), both bf16 or both
     fp16; fp32 accumulation; c [M, N] of their dtype (written into `out`, of that dtype, if given).
     `options`: a `hopper_options.Options` (default: the per-shape rule's choice, `gemm_kernels.rule`; with
     keyword overrides alone, `Options()`), with any of its fields overridden by keyword (`tile`, `stages`,
     `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`,
-    `stream_k`; each is described there)."""
+    `stream_k`; each is described there). `autotune=True` instead times the candidates the rule and the nearest
+    measured shapes favour (`rule.contenders`) on these operands at the first call of each shape, dtype and device
+    in this process, and runs the fastest from then on (a first call costs their compiles and ~30 calls each)."""
+    if autotune and (options is not None or overrides):
+        raise ValueError("autotune=True chooses the options itself: give options (or their fields) or autotune, "
+                         "not both")
     M, N, K, device = _operands(a, b)
     if out is not None:
         check_operand("out", out, DTYPES)
@@ -217,7 +281,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
             raise ValueError(f"out must have the operands' dtype {a.dtype}, got {out.dtype}")
         if out.shape != (M, N) or out.get_device() != device:
             raise ValueError(f"out must be [{M}, {N}] on {a.device}, got {tuple(out.shape)} on {out.device}")
-    call = _call_for(M, N, K, device, options, dtype=a.dtype, **overrides)
+    call = _tuned_call(a, b, M, N, K, device) if autotune else _call_for(M, N, K, device, options, dtype=a.dtype,
+                                                                          **overrides)
     if out is None:
         # a fresh contiguous [M, N] of a's dtype on its device: empty_like of an expanded element parses no
         # size, dtype or device, ~1.4 us cheaper per call than a.new_empty((M, N)) on the H200's host

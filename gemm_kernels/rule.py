@@ -2,6 +2,7 @@
 
     rule.choose(16, 4096, 4096)       # "64x128 stream-k cluster1": a name of configs.HOPPER_CANDIDATES
     rule.options_for(16, 4096, 4096)  # its hopper_options.Options: what gemm(a, b) runs with no options given
+    rule.contenders(16, 4096, 4096)   # what gemm(a, b, autotune=True) times there instead
     rule.fit(frame)                   # a Rule from sweep rows (pandas), e.g. records.read("h200", sweep.TABLE)
     python -m gemm_kernels.rule --fit # learn from data/measured/h200/gemm_config_sweep.csv -> rule_h200.json
 
@@ -183,6 +184,17 @@ def choose(M: int, N: int, K: int) -> str:
     """The configuration the learned rule picks for this shape (the fallback where there is no rule)."""
     found = learned()
     return found.choose(M, N, K) if found else configs.HOPPER_FALLBACK
+
+
+def contenders(M: int, N: int, K: int) -> tuple[str, ...]:
+    """What `gemm(a, b, autotune=True)` times at (M, N, K): the rule's choice, the candidate measured best at each
+    of the measured shapes nearest to it (`Rule.neighbours`), and the fallback; each once, in that order."""
+    found = learned()
+    if found is None:
+        return (configs.HOPPER_FALLBACK,)
+    names = [found.choose(M, N, K)]
+    names += [found.choose(*found.shapes[i]) for i, _ in found.neighbours(M, N, K)]
+    return tuple(dict.fromkeys([*names, configs.HOPPER_FALLBACK]))
 
 
 def options_for(M: int, N: int, K: int):

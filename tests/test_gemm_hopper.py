@@ -8,7 +8,8 @@ import re
 import pytest
 import torch
 
-from gemm_kernels import hopper_epilogue, hopper_host, hopper_options, hopper_trace, hopper_worklist, waves
+from gemm_kernels import (configs, hopper_epilogue, hopper_host, hopper_options, hopper_trace, hopper_worklist, rule,
+                          waves)
 from workbook import gpus, sass
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
@@ -482,6 +483,31 @@ def test_each_call_without_out_gets_a_fresh_contiguous_output():
             assert c.shape == (200, 136) and c.stride() == (136, 1) and c.dtype == dtype and c.device == a.device
             assert torch.equal(c, torch.full_like(c, value))
         assert first.data_ptr() != second.data_ptr()
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+def test_autotune_runs_the_fastest_contender_and_times_each_shape_once(monkeypatch):
+    """gemm(a, b, autotune=True) on a tail shape: exact on small integers, every contender that takes the shape
+    timed AUTOTUNE_ROUNDS times at the first call and none at the second, the kept call one of the contenders."""
+    hopper_host.clear_caches()
+    timed = []
+    time_ms = hopper_host._time_ms
+    monkeypatch.setattr(hopper_host, "_time_ms", lambda call, *args: timed.append(call.cfg) or time_ms(call, *args))
+    M, N, K = 1000, 1032, 520
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
+    want = fp32_reference(a, b).to(torch.bfloat16)
+    assert torch.equal(hopper_host.gemm(a, b, autotune=True), want)
+    first = len(timed)
+    names = rule.contenders(M, N, K)       # every one of them takes this shape (test_gemm_rule runs them all)
+    contenders = {hopper_host._prepare(M, N, K, a.get_device(), configs.HOPPER_CANDIDATES[n], a.dtype).cfg
+                  for n in names}
+    assert first == hopper_host.AUTOTUNE_ROUNDS * len(names) and set(timed) == contenders
+    assert torch.equal(hopper_host.gemm(a, b, autotune=True), want) and len(timed) == first
+    assert hopper_host._tuned[M, N, K, a.get_device(), a.dtype].cfg in contenders
+    hopper_host.clear_caches()
 
 
 @pytest.mark.gpu

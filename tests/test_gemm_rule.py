@@ -186,6 +186,63 @@ def test_the_committed_rule_names_known_candidates_and_has_provenance():
         assert rule.choose(*shape) in configs.HOPPER_CANDIDATES
 
 
+def test_contenders_are_the_rule_then_the_neighbours_best_then_the_fallback():
+    learned = rule.learned()
+    if learned is None:
+        pytest.skip("no rule learned yet")
+    for shape in ((24, 11008, 4096), (1500, 2504, 3000), (4096, 4096, 4096), (3072, 1024, 24576)):
+        names = rule.contenders(*shape)
+        near = [learned.choose(*learned.shapes[i]) for i, _ in learned.neighbours(*shape)]
+        assert names[0] == rule.choose(*shape) and configs.HOPPER_FALLBACK in names
+        assert len(set(names)) == len(names) and set(near) <= set(names) <= set(configs.HOPPER_CANDIDATES)
+
+
+def test_autotune_keeps_the_fastest_median_and_times_a_shape_once(monkeypatch):
+    """hopper_host's autotune with the GPU stood in for: candidates that refuse the shape are skipped, every
+    other one is timed in AUTOTUNE_ROUNDS rotating turns, the lowest median wins, and a second call of the shape
+    times nothing; no first call inside a CUDA graph capture."""
+    from gemm_kernels import hopper_host
+    names = ("256 balanced cluster2", "128 stream-k cluster2", "64x64 uniform cluster1")
+    medians = {names[0]: [3.0, 0.5, 3.0], names[2]: [2.0, 2.0, 2.0]}            # names[1] refuses the shape
+    fake = {configs.HOPPER_CANDIDATES[n]: type("Call", (), {"name": n, "out_like": torch.empty(1).expand(8, 8)})()
+            for n in names}
+
+    def prepare(M, N, K, device, options, dtype):
+        if fake[options].name == names[1]:
+            raise ValueError("refused")
+        return fake[options]
+    timed = []
+
+    def time_ms(call, a, b, out):
+        turn = sum(t == call.name for t in timed)     # this candidate's turns so far
+        timed.append(call.name)
+        return medians[call.name][turn]
+    monkeypatch.setattr(hopper_host, "_prepare", prepare)
+    monkeypatch.setattr(hopper_host.rule, "contenders", lambda M, N, K: names)
+    monkeypatch.setattr(hopper_host, "_time_ms", time_ms)
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
+    hopper_host._tuned.clear()
+    a = torch.zeros(8, 8, dtype=torch.bfloat16)
+    try:
+        assert hopper_host._tuned_call(a, a, 8, 8, 8, 0).name == names[2]
+        assert sorted(timed) == sorted([names[0], names[2]] * hopper_host.AUTOTUNE_ROUNDS)
+        assert hopper_host._tuned_call(a, a, 8, 8, 8, 0).name == names[2] and len(timed) == 6
+        monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
+        with pytest.raises(ValueError, match="before capturing"):
+            hopper_host._tuned_call(a, a, 16, 8, 8, 0)
+    finally:
+        hopper_host._tuned.clear()
+    assert hopper_host.fastest({"x": [1.0, 5.0, 1.0], "y": [1.0, 1.0, 9.0]}) == "x"       # a tie: the first
+
+
+def test_autotune_refuses_options_beside_it():
+    from gemm_kernels import hopper_host
+    a = torch.zeros(64, 64, dtype=torch.bfloat16)
+    for kw in ({"tile": (128, 128, 64)}, {"options": hopper_options.Options()}):
+        with pytest.raises(ValueError, match="autotune"):
+            hopper_host.gemm(a, a, autotune=True, **kw)
+
+
 # Every configuration the rule can choose, on shapes that stress it: a skinny one (M = 16: one row of tiles, all
 # of it split along K), tails in every dimension, a K-heavy one (stream-K units with many contributors).
 RULE_GPU_SHAPES = [(16, 4096, 1024), (77, 1032, 520), (1000, 1032, 520), (512, 2048, 8192), (4000, 4000, 264)]
