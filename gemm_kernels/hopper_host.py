@@ -31,7 +31,7 @@ from gemm_kernels.hopper import ELEMENT_TYPES, HopperGemm
 from gemm_kernels.hopper_options import ALIGN, ARCH, DTYPES, TILE_K, Config, Options, check_shape, config_for
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
 from gemm_kernels.hopper_worklist import band_rows_for, work_rows
-from workbook import launch
+from workbook import launch, timing
 
 
 # Entries of the per-call look-ups (`_prepare`, and by signature `_operands`, `_call_for`) before the oldest go
@@ -124,7 +124,7 @@ def clear_caches() -> None:
     _tuned.clear()
 
 
-# autotune: every contender gets AUTOTUNE_ROUNDS turns, in rotating order, of AUTOTUNE_CALLS calls back to back
+# autotune: AUTOTUNE_ROUNDS cycles of `workbook.timing.cycles`, each contender AUTOTUNE_CALLS calls back to back
 AUTOTUNE_ROUNDS, AUTOTUNE_CALLS = 3, 10
 _tuned: dict = {}   # (M, N, K, device, dtype) -> the _Call autotune chose
 
@@ -146,37 +146,20 @@ def _tuned_call(a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, device
         except ValueError:
             continue                        # this configuration cannot take the shape
     out = torch.empty_like(next(iter(calls.values())).out_like)
-    names = list(calls)
-    times = {name: [] for name in names}
-    for r in range(AUTOTUNE_ROUNDS):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            times[name].append(_time_ms(calls[name], a, b, out))
+    with launch.on_device(device):
+        stream = launch.stream_handle(device)
+        fns = {name: functools.partial(_launch, call, stream=stream) for name, call in calls.items()}
+        # each turn's untimed settling call is also where a contender's first call compiles
+        rounds = timing.cycles(fns, [(a, b, out)], AUTOTUNE_ROUNDS, calls=AUTOTUNE_CALLS)
     if len(_tuned) >= SIGNATURES:
         _tuned.clear()
-    found = _tuned[key] = calls[fastest(times)]
+    found = _tuned[key] = calls[fastest({name: [r[name] for r in rounds] for name in calls})]
     return found
 
 
 def fastest(times: dict) -> str:
     """The name whose timings (ms) have the lowest median; the first such name on a tie."""
     return min(times, key=lambda name: statistics.median(times[name]))
-
-
-def _time_ms(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> float:
-    """ms per call of `call` on (a, b) -> out: two warm-up calls (a first call compiles), then AUTOTUNE_CALLS
-    back to back between two CUDA events on the current stream."""
-    device = a.get_device()
-    with launch.on_device(device):
-        stream = launch.stream_handle(device)
-        for _ in range(2):
-            _launch(call, a, b, out, stream)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(AUTOTUNE_CALLS):
-            _launch(call, a, b, out, stream)
-        end.record()
-        end.synchronize()
-    return start.elapsed_time(end) / AUTOTUNE_CALLS
 
 
 def _options_for(M: int, N: int, K: int, options: Options | None, overrides: dict) -> Options:

@@ -493,8 +493,13 @@ def test_autotune_runs_the_fastest_contender_and_times_each_shape_once(monkeypat
     timed AUTOTUNE_ROUNDS times at the first call and none at the second, the kept call one of the contenders."""
     hopper_host.clear_caches()
     timed = []
-    time_ms = hopper_host._time_ms
-    monkeypatch.setattr(hopper_host, "_time_ms", lambda call, *args: timed.append(call.cfg) or time_ms(call, *args))
+    cycles = hopper_host.timing.cycles
+
+    def logged(fns, *args, **kw):
+        rounds = cycles(fns, *args, **kw)
+        timed.extend(fn.args[0].cfg for _ in rounds for fn in fns.values())   # each fn: partial(_launch, call)
+        return rounds
+    monkeypatch.setattr(hopper_host.timing, "cycles", logged)
     M, N, K = 1000, 1032, 520
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)

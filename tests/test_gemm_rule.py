@@ -2,6 +2,7 @@
 configuration the rule can choose computing the right product on the GPU (marked `gpu`)."""
 from __future__ import annotations
 
+import contextlib
 import math
 
 import pandas as pd
@@ -199,8 +200,8 @@ def test_contenders_are_the_rule_then_the_neighbours_best_then_the_fallback():
 
 def test_autotune_keeps_the_fastest_median_and_times_a_shape_once(monkeypatch):
     """hopper_host's autotune with the GPU stood in for: candidates that refuse the shape are skipped, every
-    other one is timed in AUTOTUNE_ROUNDS rotating turns, the lowest median wins, and a second call of the shape
-    times nothing; no first call inside a CUDA graph capture."""
+    other one is timed in AUTOTUNE_ROUNDS cycles (`timing.cycles`), the lowest median wins, and a second call of
+    the shape times nothing; no first call inside a CUDA graph capture."""
     from gemm_kernels import hopper_host
     names = ("256 balanced cluster2", "128 stream-k cluster2", "64x64 uniform cluster1")
     medians = {names[0]: [3.0, 0.5, 3.0], names[2]: [2.0, 2.0, 2.0]}            # names[1] refuses the shape
@@ -213,13 +214,16 @@ def test_autotune_keeps_the_fastest_median_and_times_a_shape_once(monkeypatch):
         return fake[options]
     timed = []
 
-    def time_ms(call, a, b, out):
-        turn = sum(t == call.name for t in timed)     # this candidate's turns so far
-        timed.append(call.name)
-        return medians[call.name][turn]
+    def cycles(fns, input_sets, count, *, calls):
+        """Stands in for workbook.timing.cycles: one {name: ms per call} per cycle, each turn logged."""
+        assert count == hopper_host.AUTOTUNE_ROUNDS and calls == hopper_host.AUTOTUNE_CALLS
+        timed.extend(name for _ in range(count) for name in fns)
+        return [{name: medians[name][i] for name in fns} for i in range(count)]
     monkeypatch.setattr(hopper_host, "_prepare", prepare)
     monkeypatch.setattr(hopper_host.rule, "contenders", lambda M, N, K: names)
-    monkeypatch.setattr(hopper_host, "_time_ms", time_ms)
+    monkeypatch.setattr(hopper_host.timing, "cycles", cycles)
+    monkeypatch.setattr(hopper_host.launch, "stream_handle", lambda device: 7)
+    monkeypatch.setattr(hopper_host.launch, "on_device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
     hopper_host._tuned.clear()
     a = torch.zeros(8, 8, dtype=torch.bfloat16)
