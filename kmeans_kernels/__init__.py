@@ -7,16 +7,19 @@
     r = kmeans_kernels.fit(x, k)                          # k-means (Lloyd's loop) on it, CUDA or CPU: lloyd.py
 
 The answer is defined by `kmeans_kernels.reference` (see its docstring for the numerical contract).
-Each architecture has one backend module (`BACKENDS`) that exposes the same four names:
+Each architecture has one backend module (`BACKENDS`) that exposes the same five names:
 
     VARIANTS                      the variant names it implements, in tutorial order
     auto_variant(N, D, K)         which one `variant="auto"` picks for a shape, from measurements
     run(variant, x, c, c_sq, out) launch on CUDA tensors already validated here, filling `out`
+    launcher(variant, N, D, K, dtype, device)   `run` for one signature: a function of (x, c, c_sq, out)
     compile(variant, N, D, K, dump_dir)   compile with no GPU, returning a `workbook.sass.Artifacts`
 
 What each variant name is made of on each arch, and the D every kernel takes, is `kmeans_kernels.variants`.
 """
 from __future__ import annotations
+
+from typing import Callable, NamedTuple
 
 import torch
 
@@ -117,21 +120,65 @@ def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
     `c_sq` (float32 [K], 0.5 is *not* folded in) may be passed to skip recomputing the norms across Lloyd
     iterations. `out` (int32 [N]) is filled and returned when given.
     """
-    check_inputs(x, c, c_sq, out)
-    arch = arch_of(x.get_device())        # the index: cheaper than building x.device on every call
-    be = backend(arch)
-    N, D = x.shape
-    K = c.shape[0]
-    if variant == "auto":
-        variant = be.auto_variant(N, D, K)
-    if variant not in be.VARIANTS:
-        raise ValueError(f"variant {variant!r} does not exist for {arch}; choose from {('auto',) + tuple(be.VARIANTS)}")
+    call = _call(x, c, c_sq, out, variant)
     if c_sq is None:
         c_sq = reference.centroid_norms(c)
     if out is None:
-        out = torch.empty(N, dtype=torch.int32, device=x.device)
-    be.run(variant, x, c, c_sq, out)
+        out = torch.empty_like(call.out_like)   # parses no size, dtype or device: cheaper than torch.empty
+    call.launch(x, c, c_sq, out)
     return out
+
+
+class _Call(NamedTuple):
+    """What an assign call's signature fixes, worked out once (`_checked_call`)."""
+    launch: Callable[..., None]     # (x, c, c_sq, out) -> None: the backend's launch of the chosen variant
+    out_like: torch.Tensor          # one int32 expanded to [N] on x's device
+    N: int
+    K: int
+
+
+# (x.shape, c.shape, dtype, device, variant) -> the _Call of a signature that passed every check (`_call`)
+_signatures: dict = {}
+SIGNATURES = 64      # entries before the oldest go
+
+
+def _call(x, c, c_sq, out, variant: str) -> _Call:
+    """The _Call of checked inputs. A signature that passed once is only checked for what can differ between
+    tensors of that signature: contiguity, alignment, the device, and c_sq's and out's dtype, length and device
+    (each tensor of its own; a subclass takes the full checks)."""
+    if type(x) is torch.Tensor and type(c) is torch.Tensor and x.is_cuda:
+        device = x.get_device()
+        found = _signatures.get((x.shape, c.shape, x.dtype, c.dtype, device, variant))
+        if found is not None and c.get_device() == device and x.is_contiguous() and c.is_contiguous() \
+                and not (x.data_ptr() | c.data_ptr()) % ALIGN["x"] \
+                and _fits(c_sq, torch.float32, found.K, device) and _fits(out, torch.int32, found.N, device):
+            return found
+    return _checked_call(x, c, c_sq, out, variant)
+
+
+def _fits(t, dtype: torch.dtype, n: int, device: int) -> bool:
+    """Whether an optional 1-d argument (c_sq or out, both 4-byte elements) is None or passes every check."""
+    return t is None or (type(t) is torch.Tensor and t.dtype is dtype and t.shape == (n,)
+                         and t.get_device() == device and t.is_contiguous() and not t.data_ptr() % 4)
+
+
+def _checked_call(x, c, c_sq, out, variant: str) -> _Call:
+    """`_call` by every check (each failure a ValueError that names it), the variant resolved and the backend's
+    launch for it looked up; remembered by signature."""
+    check_inputs(x, c, c_sq, out)
+    device = x.get_device()
+    arch = arch_of(device)        # the index: cheaper than building x.device
+    be = backend(arch)
+    (N, D), K = x.shape, c.shape[0]
+    chosen = be.auto_variant(N, D, K) if variant == "auto" else variant
+    if chosen not in be.VARIANTS:
+        raise ValueError(f"variant {chosen!r} does not exist for {arch}; choose from {('auto',) + tuple(be.VARIANTS)}")
+    found = _Call(be.launcher(chosen, N, D, K, x.dtype, device),
+                  x.new_empty(1, dtype=torch.int32).expand(N), N, K)
+    if len(_signatures) >= SIGNATURES:
+        _signatures.clear()
+    _signatures[x.shape, c.shape, x.dtype, c.dtype, device, variant] = found
+    return found
 
 
 def compile_assign(variant: str, *, N: int, D: int, K: int, arch: str = "sm_90a", dump_dir=None):

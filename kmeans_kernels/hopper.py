@@ -463,10 +463,19 @@ def _launches(variant: str, D: int, dtype: torch.dtype, device: int) -> launch.L
     return launch.LaunchCache(compiled, device=device, pointers=4, reaimable=(2, 3))   # x, c, c_sq, out
 
 
+def launcher(variant: str, N: int, D: int, K: int, dtype: torch.dtype, device: int):
+    """`run` for one signature (sizes, dtype, device): a function of (x, c, c_sq, out) that launches, the
+    compiled kernel and its launch cache looked up once (compiled here on first use)."""
+    launches = _launches(variant, D, dtype, device)
+
+    def launch_on(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
+        addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K)
+        launches(addrs, lambda s: _args(dtype, *addrs, cuda.CUstream(s)), launch.stream_handle(device))
+    return launch_on
+
+
 def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
     """Launch on CUDA tensors validated by kmeans_kernels.check_inputs (shapes, sizes, alignment); fills `out`
     (int32 [N]) on x's device, whatever the current device is."""
-    (N, D), dtype, device = x.shape, x.dtype, x.get_device()
-    addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, c.shape[0])
-    _launches(variant, D, dtype, device)(addrs, lambda s: _args(dtype, *addrs, cuda.CUstream(s)),
-                                         launch.stream_handle(device))
+    (N, D), K = x.shape, c.shape[0]
+    launcher(variant, N, D, K, x.dtype, x.get_device())(x, c, c_sq, out)

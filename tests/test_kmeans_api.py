@@ -188,3 +188,65 @@ def test_every_supported_d_passes():
     for D in range(16, 513, 16):
         variants.check_d(D)
     assert (kmeans_kernels.D_MULTIPLE, kmeans_kernels.D_MAX) == (16, 512)
+
+
+class _FakeBackend:
+    """A backend that launches nothing: it records which launchers `assign` asked for and which calls ran."""
+    VARIANTS = ("serial", "lean_select")
+
+    def __init__(self):
+        self.launchers, self.launched = [], []
+
+    def auto_variant(self, N, D, K):
+        return "lean_select"
+
+    def launcher(self, variant, N, D, K, dtype, device):
+        self.launchers.append((variant, N, D, K, dtype, device))
+        return lambda x, c, c_sq, out: self.launched.append((variant, x, c, c_sq, out))
+
+
+@pytest.fixture
+def fake_backend(on_gpu, monkeypatch):
+    be = _FakeBackend()
+    monkeypatch.setattr(kmeans_kernels, "arch_of", lambda device: "sm_90a")
+    monkeypatch.setattr(kmeans_kernels, "backend", lambda arch: be)
+    kmeans_kernels._signatures.clear()
+    yield be
+    kmeans_kernels._signatures.clear()     # no remembered call of a fake backend outlives the test
+
+
+def test_assign_checks_a_signature_once_and_still_refuses_each_broken_call_of_it(fake_backend, monkeypatch):
+    x, c = _xc(N=8, D=64, K=4)
+    c_sq = torch.ones(4)
+    first = kmeans_kernels.assign(x, c, c_sq=c_sq)
+    assert fake_backend.launchers == [("lean_select", 8, 64, 4, torch.bfloat16, 0)]
+    full, checks = [], kmeans_kernels.check_inputs
+    monkeypatch.setattr(kmeans_kernels, "check_inputs", lambda *args: (full.append(args), checks(*args)))
+    x2, c2 = _xc(N=8, D=64, K=4)
+    out = torch.full((8,), 7, dtype=torch.int32)
+    second = kmeans_kernels.assign(x2, c2, c_sq=c_sq)
+    assert kmeans_kernels.assign(x2, c2, c_sq=c_sq, out=out) is out
+    assert full == [] and len(fake_backend.launchers) == 1          # remembered: no checks, no look-up
+    assert second.dtype == torch.int32 and second.shape == (8,) and second.data_ptr() != first.data_ptr()
+    assert [call[1:] for call in fake_backend.launched[1:]] == [(x2, c2, c_sq, second), (x2, c2, c_sq, out)]
+    launched = len(fake_backend.launched)
+    # each of one remembered signature (shapes, dtype, device, variant), each broken in what the signature leaves open
+    broken = [(x.t().contiguous().t(), c, c_sq, None), (_misaligned(8, 64, x.dtype), c, c_sq, None),
+              (x, _misaligned(4, 64, c.dtype), c_sq, None), (x, c, c_sq.double(), None), (x, c, torch.ones(5), None),
+              (x, c, torch.ones(8)[::2], None), (x, c, c_sq.numpy(), None), (x, c, c_sq, out.long()),
+              (x, c, c_sq, torch.empty(9, dtype=torch.int32)), (x, c, c_sq, torch.empty(16, dtype=torch.int32)[::2])]
+    for i, (bx, bc, bsq, bout) in enumerate(broken):
+        with pytest.raises(ValueError):
+            kmeans_kernels.assign(bx, bc, c_sq=bsq, out=bout)
+        assert len(fake_backend.launched) == launched and len(full) == i + 1, i   # declined, then fully checked
+
+
+def test_assign_remembers_each_variant_of_a_signature_apart(fake_backend):
+    x, c = _xc(N=8, D=64, K=4)
+    for variant in ("auto", "serial", "auto", "serial"):
+        kmeans_kernels.assign(x, c, variant=variant, c_sq=torch.ones(4))
+    assert [v for v, *_ in fake_backend.launchers] == ["lean_select", "serial"]
+    assert [v for v, *_ in fake_backend.launched] == ["lean_select", "serial", "lean_select", "serial"]
+    with pytest.raises(ValueError, match="'nope' does not exist"):
+        kmeans_kernels.assign(x, c, variant="nope", c_sq=torch.ones(4))
+    assert len(kmeans_kernels._signatures) == 2

@@ -310,6 +310,29 @@ def test_fp16_inputs():
 
 @gpu
 @needs_hopper
+def test_a_remembered_signature_gets_fresh_outputs_and_still_refuses_broken_inputs():
+    """assign checks a signature (shapes, dtype, device, variant) once: later calls of it must each get their own
+    new output, exactly right, and a view or tensor of the same signature that breaks a precondition is still
+    refused by name."""
+    gen = torch.Generator().manual_seed(17)
+    x, c = small_integers(300, 128, gen).cuda(), small_integers(500, 128, gen).cuda()
+    outs = [kmeans_kernels.assign(x, c) for _ in range(3)]
+    assert len({o.data_ptr() for o in outs}) == 3
+    for o in outs:
+        assert o.dtype == torch.int32 and o.shape == (300,) and o.is_contiguous()
+        assert_equal(o, reference.assign(x, c), "remembered signature")
+    with pytest.raises(ValueError, match="contiguous"):
+        kmeans_kernels.assign(x.t().contiguous().t(), c)
+    with pytest.raises(ValueError, match="CUDA"):
+        kmeans_kernels.assign(x.cpu(), c.cpu())
+    with pytest.raises(ValueError, match="c_sq"):
+        kmeans_kernels.assign(x, c, c_sq=torch.ones(500, dtype=torch.float64, device="cuda"))
+    with pytest.raises(ValueError, match="out"):
+        kmeans_kernels.assign(x, c, out=torch.empty(300, dtype=torch.int32))
+
+
+@gpu
+@needs_hopper
 def test_misaligned_input_is_refused():
     x = torch.zeros(65 * 128 + 8, dtype=torch.bfloat16, device="cuda")[4:4 + 65 * 128].view(65, 128)
     c = torch.zeros(10, 128, dtype=torch.bfloat16, device="cuda")
