@@ -225,9 +225,9 @@ class Config:
 
 
 def segments(stream_k: bool) -> int:
-    """Segments per work-list row (`hopper_worklist`): two with stream-K, since a unit may end one item and
-    start the next; one otherwise."""
-    return 2 if stream_k else 1
+    """Segments per work-list row (`hopper_worklist`): three with stream-K, since a unit may end one item,
+    hold the next whole and start the one after (`waves.stream_k`); one otherwise."""
+    return 3 if stream_k else 1
 
 
 def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> waves.Plan:

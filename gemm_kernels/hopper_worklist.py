@@ -5,8 +5,8 @@ and the stream-K units that split a partial last wave along K.
     rows, partial_slots = work_rows(plan.items, band_rows_for(K, 64), plan.slots, k_blocks, False, tile_m=64)
 
 The planner (`gemm_kernels.waves.plan`, through `hopper_options.plan_for`) decides which items there are.
-This module decides their order and encoding. A row is one or two segments (`hopper_options.segments`: two
-with stream-K) of SEGMENT_COLS int32 each, (m0, n0, width, first K-block, K-blocks, role, flag, arg); a
+This module decides their order and encoding. A row is one or three segments (`hopper_options.segments`:
+three with stream-K) of SEGMENT_COLS int32 each, (m0, n0, width, first K-block, K-blocks, role, flag, arg); a
 segment with 0 K-blocks is absent. Slots take rows in list order (`HopperGemm.claim`), so the rows in flight
 at any moment are neighbours in the banded raster, however the SMs drift.
 Pure Python: no GPU, no CuTe DSL.
@@ -61,9 +61,10 @@ def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool, 
     """The kernel's work list, one row per item (or stream-K unit), and how many partial-sum slots it uses.
 
     Each row holds `segments(stream_k)` segments of SEGMENT_COLS ints: (m0, n0, width, k0, k_count, role,
-    flag, arg); `tile_m` is one CTA's rows (the bands' unit). Without stream-K every row is one WHOLE segment over all K-blocks. With it, the banded list's
-    last partial wave becomes `waves.stream_k` units, padded with empty rows to one per slot
-    (`HopperGemm.claim` hands unit c to cluster c). A segment that starts mid-item CONTRIBUTEs its partial sum
+    flag, arg); `tile_m` is one CTA's rows (the bands' unit). Without stream-K every row is one WHOLE segment
+    over all K-blocks. With it, the banded list's last partial wave and the full wave before it become
+    `waves.stream_k` units, padded with empty rows to one per slot (`HopperGemm.claim` hands unit c to
+    cluster c). A unit's whole middle item is a WHOLE segment. A segment that starts mid-item CONTRIBUTEs its partial sum
     to workspace slot `arg` and counts it on flag `flag`; the segment holding the item's first K-block is the
     FINISH, which waits for `arg` partials on `flag` (the item's first slot) and writes C."""
     ordered = banded(items, band_rows, tile_m)

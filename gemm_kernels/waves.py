@@ -297,24 +297,30 @@ class Segment(NamedTuple):
 
 
 def stream_k(items: int, slots: int, k_blocks: int) -> tuple[int, tuple[tuple[Segment, ...], ...]]:
-    """Split the last, partial wave of ``items`` equal items (``k_blocks`` K-blocks each) over all ``slots``.
+    """Split the last, partial wave of ``items`` equal items (``k_blocks`` K-blocks each), with the full wave
+    before it, over all ``slots``.
 
-    The first ``full = items - tail`` items stay whole (data-parallel); the ``tail = items % slots`` items of
-    the last wave hold ``tail * k_blocks`` K-blocks, which are cut into ``min(slots, tail * k_blocks)`` units
-    of equal work (to one K-block): unit ``u`` is K-blocks ``u * T // n .. (u + 1) * T // n`` of the tail
-    items laid end to end. A unit is shorter than an item, so it touches at most two items: the end of one
-    and the start of the next. Returns ``(full, units)``; each unit is its one or two Segments in K order.
+    With ``tail = items % slots`` items in the last wave, the stream-K region is the tail and, where there is
+    one, the full wave before it (``tail + slots`` items); the ``full`` items before that stay whole
+    (data-parallel). The region's K-blocks, laid end to end, are cut into ``min(slots, region * k_blocks)``
+    units of equal work (to one K-block): unit ``u`` is K-blocks ``u * T // n .. (u + 1) * T // n``. Taking
+    the full wave in keeps every unit at least an item long where it can, so an item is cut into two or
+    three pieces, not ``slots / tail`` of them (a small tail cut over all slots left one CTA adding a dozen
+    partial sums while the others waited). A unit is shorter than two items, so it touches at most three:
+    the end of one, one whole, the start of the next. Returns ``(full, units)``; each unit is its Segments in
+    K order.
 
     Where a unit starts mid-item it writes a partial sum for another slot to add: the slot holding the
-    item's first K-block (that segment always ends its own unit, so it runs last) waits for the others' partials,
-    adds them, and writes C. The model: the tail takes ``tail / slots`` of an item instead of a whole one.
+    item's first K-block (that segment always ends its own unit, so it runs last) waits for the others'
+    partials, adds them, and writes C. The model: the tail takes ``tail / slots`` of an item instead of a
+    whole one.
     """
     _check_positive(items=items, slots=slots, k_blocks=k_blocks)
     tail = items % slots
-    full = items - tail
     if tail == 0:
-        return full, ()
-    total = tail * k_blocks
+        return items, ()
+    full = items - tail - slots if items - tail >= slots else 0
+    total = (items - full) * k_blocks
     count = min(slots, total)
     bounds = [u * total // count for u in range(count + 1)]
     units = []

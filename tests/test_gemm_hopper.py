@@ -648,8 +648,8 @@ def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N
     plain, none = hopper_worklist.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=False)
     rows, slots = hopper_worklist.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=True)
     assert none == 0 and all(r[5] == hopper_worklist.WHOLE and (r[3], r[4]) == (0, k_blocks) for r in plain)
-    tail = len(plain) % plan.slots                      # the last wave's items become one unit row per slot
-    assert len(rows) == len(plain) - tail + (plan.slots if tail else 0)
+    full, units = waves.stream_k(len(plain), plan.slots, k_blocks)   # the last two waves: one unit row per slot
+    assert len(rows) == full + (plan.slots if units else 0)
     covered, contributors, finishes = {}, {}, {}
     for r, s, (m0, n0, width, k0, count, role, flag, arg) in _segments(rows):
         covered.setdefault((m0, n0, width), []).extend(range(k0, k0 + count))
@@ -695,9 +695,9 @@ def test_stream_k_build_hands_partial_sums_over_in_16_byte_pieces():
     hist = opcodes(compiled(4096, 4096, 4096, **dict(CLUSTER, stream_k=True)))
     per_thread = 64 * 256 // 128
     assert count(hist, "STG.E.128") - count(base, "STG.E.128") == per_thread // 4
-    # the producer reads each segment's (m0, n0, width, k0) as one 128-bit load: one more segment per row, in
+    # the producer reads each segment's (m0, n0, width, k0) as one 128-bit load: two more segments per row, in
     # each of its two copies of the row's loads (the first item's, which it knows before the counter, and the loop's)
-    assert count(hist, "LDG.E.128") - count(base, "LDG.E.128") == per_thread // 4 + 2
+    assert count(hist, "LDG.E.128") - count(base, "LDG.E.128") == per_thread // 4 + 4
     assert count(hist, "REDG.E.ADD") == 1 and count(hist, "LDG.E.STRONG.GPU") >= 1
     assert count(hist, "LDL") == count(hist, "STL") == 0
 

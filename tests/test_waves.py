@@ -258,25 +258,41 @@ def test_bad_input_is_a_clear_error(kwargs, match):
 # ------------------------------------------------------------------------------------------- stream-K
 
 @pytest.mark.parametrize("items,slots,k_blocks", [(256, 66, 64), (256, 66, 4), (20, 66, 9), (280, 66, 4),
-                                                  (1, 66, 1), (160, 132, 16), (67, 66, 64), (131, 66, 3)])
-def test_stream_k_splits_the_last_wave_exactly_and_evenly(items, slots, k_blocks):
+                                                  (1, 66, 1), (160, 132, 16), (67, 66, 64), (131, 66, 3),
+                                                  (140, 132, 47), (133, 132, 2)])
+def test_stream_k_splits_the_last_two_waves_exactly_and_evenly(items, slots, k_blocks):
     full, units = waves.stream_k(items, slots, k_blocks)
     tail = items % slots
-    assert full == items - tail
+    region = tail + slots if items >= tail + slots else tail     # the tail and the full wave before it
+    assert full == items - region
     covered = {}                                           # item -> K-blocks, each exactly once
     for unit in units:
-        assert 1 <= len(unit) <= 2
+        assert 1 <= len(unit) <= 3
         assert all(s.k0 < s.k1 for s in unit)
-        if len(unit) == 2:                                 # the end of one item, then the start of the next
-            assert unit[0].k1 == k_blocks and unit[1].k0 == 0 and unit[1].item == unit[0].item + 1
+        for a, b in zip(unit, unit[1:]):                   # the end of one item, then the start of the next
+            assert a.k1 == k_blocks and b.k0 == 0 and b.item == a.item + 1
         for s in unit:
             covered.setdefault(s.item, []).extend(range(s.k0, s.k1))
-            assert s.k0 != 0 or s is unit[-1], "an item's first K-block ends its unit (it waits, so it runs last)"
+            assert s.k0 != 0 or s.k1 == k_blocks or s is unit[-1], \
+                "an item's first K-block ends its unit (it waits, so it runs last)"
     assert sorted(covered) == list(range(full, items))
     assert all(sorted(ks) == list(range(k_blocks)) for ks in covered.values())
     sizes = [sum(s.k1 - s.k0 for s in unit) for unit in units]
-    assert len(units) == min(slots, tail * k_blocks)
+    assert len(units) == min(slots, region * k_blocks)
     assert max(sizes) - min(sizes) <= 1
+
+
+def test_stream_k_cuts_a_small_tail_into_few_pieces_per_item():
+    """8 items past a full wave of 132: cut over all slots alone, each would be 16-17 pieces, one CTA adding
+    15-16 partial sums while the rest waited; with the wave before it, no item has more than two pieces."""
+    full, units = waves.stream_k(140, 132, 47)
+    pieces = {}
+    for unit in units:
+        for s in unit:
+            pieces[s.item] = pieces.get(s.item, 0) + 1
+    assert full == 0 and len(units) == 132 and max(pieces.values()) == 2
+    full, units = waves.stream_k(8, 132, 47)          # no wave before: the tail alone, as finely as it goes
+    assert full == 0 and len(units) == 132
 
 
 def test_stream_k_leaves_a_full_last_wave_alone():
