@@ -96,7 +96,7 @@ def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool, 
             role, arg = CONTRIBUTE, slot_of[seg]
         return (t.m0, t.n0, t.width, seg.k0, seg.k1 - seg.k0, role, first_slot[seg.item], arg)
 
-    rows = [whole(t) + absent for t in ordered[:full]]
+    rows = [whole(t) + absent * (per_row - 1) for t in ordered[:full]]
     rows += [tuple(x for seg in unit for x in row(seg)) + absent * (per_row - len(unit)) for unit in units]
     if units:                                    # one unit row per slot: the kernel hands unit c to cluster c
         rows += [absent * per_row] * (slots - len(units))

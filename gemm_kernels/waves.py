@@ -289,6 +289,9 @@ def narrow_widths(wide: int, *, multiple_of: int = 1) -> tuple[int, ...]:
     return tuple(sorted((w for w in widths if w % multiple_of == 0), reverse=True))
 
 
+SHORT_UNIT = 12   # K-blocks: a stream-K unit shorter than this takes the full wave before it in (`stream_k`)
+
+
 class Segment(NamedTuple):
     """K-blocks ``k0 .. k1`` of item ``item`` (an index into the work list): one piece of a stream-K unit."""
     item: int
@@ -300,13 +303,13 @@ def stream_k(items: int, slots: int, k_blocks: int) -> tuple[int, tuple[tuple[Se
     """Split the last, partial wave of ``items`` equal items (``k_blocks`` K-blocks each), with the full wave
     before it, over all ``slots``.
 
-    With ``tail = items % slots`` items in the last wave, the stream-K region is the tail and, where there is
-    one, the full wave before it (``tail + slots`` items); the ``full`` items before that stay whole
-    (data-parallel). The region's K-blocks, laid end to end, are cut into ``min(slots, region * k_blocks)``
+    With ``tail = items % slots`` items in the last wave, the stream-K region is the tail and, where the tail
+    alone would give units shorter than SHORT_UNIT K-blocks and there is one, the full wave before it
+    (``tail + slots`` items); the ``full`` items before that stay whole (data-parallel). The region's K-blocks, laid end to end, are cut into ``min(slots, region * k_blocks)``
     units of equal work (to one K-block): unit ``u`` is K-blocks ``u * T // n .. (u + 1) * T // n``. Taking
-    the full wave in keeps every unit at least an item long where it can, so an item is cut into two or
-    three pieces, not ``slots / tail`` of them (a small tail cut over all slots left one CTA adding a dozen
-    partial sums while the others waited). A unit is shorter than two items, so it touches at most three:
+    the full wave in makes every unit at least an item long, so an item is cut into two pieces, not
+    ``slots / tail`` of them (a small tail cut over all slots left one CTA adding a dozen partial sums while
+    the others waited). A unit is shorter than two items, so it touches at most three:
     the end of one, one whole, the start of the next. Returns ``(full, units)``; each unit is its Segments in
     K order.
 
@@ -319,7 +322,11 @@ def stream_k(items: int, slots: int, k_blocks: int) -> tuple[int, tuple[tuple[Se
     tail = items % slots
     if tail == 0:
         return items, ()
-    full = items - tail - slots if items - tail >= slots else 0
+    # the full wave joins only where the tail alone would leave units shorter than SHORT_UNIT K-blocks: there
+    # the partial sums cost more than the units' K loops (probes/gemm_stream_k_region_*.csv); elsewhere the
+    # wider region measured up to 1.2x slower with single-CTA items
+    joins = items - tail >= slots and tail * k_blocks < SHORT_UNIT * slots
+    full = items - tail - slots if joins else items - tail
     total = (items - full) * k_blocks
     count = min(slots, total)
     bounds = [u * total // count for u in range(count + 1)]

@@ -650,6 +650,7 @@ def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N
     assert none == 0 and all(r[5] == hopper_worklist.WHOLE and (r[3], r[4]) == (0, k_blocks) for r in plain)
     full, units = waves.stream_k(len(plain), plan.slots, k_blocks)   # the last two waves: one unit row per slot
     assert len(rows) == full + (plan.slots if units else 0)
+    assert {len(r) for r in rows} == {hopper_worklist.SEGMENT_COLS * hopper_options.segments(True)}   # one tensor
     covered, contributors, finishes = {}, {}, {}
     for r, s, (m0, n0, width, k0, count, role, flag, arg) in _segments(rows):
         covered.setdefault((m0, n0, width), []).extend(range(k0, k0 + count))

@@ -259,11 +259,12 @@ def test_bad_input_is_a_clear_error(kwargs, match):
 
 @pytest.mark.parametrize("items,slots,k_blocks", [(256, 66, 64), (256, 66, 4), (20, 66, 9), (280, 66, 4),
                                                   (1, 66, 1), (160, 132, 16), (67, 66, 64), (131, 66, 3),
-                                                  (140, 132, 47), (133, 132, 2)])
+                                                  (140, 132, 47), (133, 132, 2), (144, 132, 192)])
 def test_stream_k_splits_the_last_two_waves_exactly_and_evenly(items, slots, k_blocks):
     full, units = waves.stream_k(items, slots, k_blocks)
     tail = items % slots
-    region = tail + slots if items >= tail + slots else tail     # the tail and the full wave before it
+    joins = items >= tail + slots and tail * k_blocks < waves.SHORT_UNIT * slots   # short units: the wave too
+    region = tail + slots if joins else tail
     assert full == items - region
     covered = {}                                           # item -> K-blocks, each exactly once
     for unit in units:
@@ -293,6 +294,8 @@ def test_stream_k_cuts_a_small_tail_into_few_pieces_per_item():
     assert full == 0 and len(units) == 132 and max(pieces.values()) == 2
     full, units = waves.stream_k(8, 132, 47)          # no wave before: the tail alone, as finely as it goes
     assert full == 0 and len(units) == 132
+    full, units = waves.stream_k(144, 132, 192)       # 17 K-blocks a unit from the tail alone: it stays alone
+    assert full == 132 and len(units) == 132
 
 
 def test_stream_k_leaves_a_full_last_wave_alone():
