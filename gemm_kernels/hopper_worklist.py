@@ -64,9 +64,9 @@ def work_rows(items, band_rows: int, slots: int, k_blocks: int, stream_k: bool, 
     flag, arg); `tile_m` is one CTA's rows (the bands' unit). Without stream-K every row is one WHOLE segment
     over all K-blocks. With it, the banded list's last partial wave and the full wave before it become
     `waves.stream_k` units, padded with empty rows to one per slot (`HopperGemm.claim` hands unit c to
-    cluster c). A unit's whole middle item is a WHOLE segment. A segment that starts mid-item CONTRIBUTEs its partial sum
-    to workspace slot `arg` and counts it on flag `flag`; the segment holding the item's first K-block is the
-    FINISH, which waits for `arg` partials on `flag` (the item's first slot) and writes C."""
+    cluster c). A unit's whole middle item is a WHOLE segment. A segment that starts mid-item CONTRIBUTEs its
+    partial sum to workspace slot `arg` and counts it on flag `flag`; the segment holding the item's first
+    K-block is the FINISH, which waits for `arg` partials on `flag` (the item's first slot) and writes C."""
     ordered = banded(items, band_rows, tile_m)
     per_row = segments(stream_k)
     whole = lambda t: (t.m0, t.n0, t.width, 0, k_blocks, WHOLE, 0, 0)

@@ -305,13 +305,13 @@ def stream_k(items: int, slots: int, k_blocks: int) -> tuple[int, tuple[tuple[Se
 
     With ``tail = items % slots`` items in the last wave, the stream-K region is the tail and, where the tail
     alone would give units shorter than SHORT_UNIT K-blocks and there is one, the full wave before it
-    (``tail + slots`` items); the ``full`` items before that stay whole (data-parallel). The region's K-blocks, laid end to end, are cut into ``min(slots, region * k_blocks)``
-    units of equal work (to one K-block): unit ``u`` is K-blocks ``u * T // n .. (u + 1) * T // n``. Taking
-    the full wave in makes every unit at least an item long, so an item is cut into two pieces, not
-    ``slots / tail`` of them (a small tail cut over all slots left one CTA adding a dozen partial sums while
-    the others waited). A unit is shorter than two items, so it touches at most three:
-    the end of one, one whole, the start of the next. Returns ``(full, units)``; each unit is its Segments in
-    K order.
+    (``tail + slots`` items); the ``full`` items before that stay whole (data-parallel). The region's
+    K-blocks, laid end to end, are cut into ``min(slots, region * k_blocks)`` units of equal work (to one
+    K-block): unit ``u`` is K-blocks ``u * T // n .. (u + 1) * T // n``. Taking the full wave in makes every
+    unit at least an item long, so an item is cut into two pieces, not ``slots / tail`` of them (a small tail
+    cut over all slots left one CTA adding a dozen partial sums while the others waited). A unit is shorter
+    than two items, so it touches at most three: the end of one, one whole, the start of the next. Returns
+    ``(full, units)``; each unit is its Segments in K order.
 
     Where a unit starts mid-item it writes a partial sum for another slot to add: the slot holding the
     item's first K-block (that segment always ends its own unit, so it runs last) waits for the others'

@@ -151,15 +151,16 @@ def _call(x, c, c_sq, out, variant: str) -> _Call:
         found = _signatures.get((x.shape, c.shape, x.dtype, c.dtype, device, variant))
         if found is not None and c.get_device() == device and x.is_contiguous() and c.is_contiguous() \
                 and not (x.data_ptr() | c.data_ptr()) % ALIGN["x"] \
-                and _fits(c_sq, torch.float32, found.K, device) and _fits(out, torch.int32, found.N, device):
+                and _fits("c_sq", c_sq, torch.float32, found.K, device) \
+                and _fits("out", out, torch.int32, found.N, device):
             return found
     return _checked_call(x, c, c_sq, out, variant)
 
 
-def _fits(t, dtype: torch.dtype, n: int, device: int) -> bool:
-    """Whether an optional 1-d argument (c_sq or out, both 4-byte elements) is None or passes every check."""
+def _fits(name: str, t, dtype: torch.dtype, n: int, device: int) -> bool:
+    """Whether an optional 1-d argument (`name`: c_sq or out) is None or passes every check."""
     return t is None or (type(t) is torch.Tensor and t.dtype is dtype and t.shape == (n,)
-                         and t.get_device() == device and t.is_contiguous() and not t.data_ptr() % 4)
+                         and t.get_device() == device and t.is_contiguous() and not t.data_ptr() % ALIGN[name])
 
 
 def _checked_call(x, c, c_sq, out, variant: str) -> _Call:
