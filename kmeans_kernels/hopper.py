@@ -87,17 +87,23 @@ _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
 @dataclass(frozen=True)
 class VariantSpec:
     """What a variant changes in the one kernel: the scan (kmeans_kernels.reduce), where the half norms come
-    from, the tile width, and whether the two consumer warpgroups take turns at the tensor cores."""
+    from (`variants.NORMS`), the tile width, and whether the two consumer warpgroups take turns at the tensor
+    cores."""
     scan: str
-    broadcast_norms: bool = False
+    norms: str = "load"
     block_n: int = BLOCK_N
     ping_pong: bool = False
+
+    @property
+    def staged_norms(self) -> bool:
+        """The norms sit in shared memory beside each ring slot (and take their room from the ring)."""
+        return self.norms == "accumulator"
 
 
 # In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms either loaded by each
 # thread or broadcast by shuffles.
-VARIANT_SPECS = {name: VariantSpec(r.scan, broadcast_norms=r.norms == "shuffle", block_n=r.tile_n,
-                                   ping_pong=r.ping_pong) for name, r in variants.RECIPES[ARCH].items()}
+VARIANT_SPECS = {name: VariantSpec(r.scan, norms=r.norms, block_n=r.tile_n, ping_pong=r.ping_pong)
+                 for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(VARIANT_SPECS)
 
 
@@ -118,33 +124,34 @@ def auto_variant(N: int, D: int, K: int) -> str:
     return "lean_ping_pong" if D <= 128 else "lean_select"
 
 
-def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N) -> bool:
+def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N, staged_norms: bool = False) -> bool:
     """Whether the ring holds a whole tile's D blocks at this tile width. The ping-pong warpgroups must: a
     ring slot goes back to the producer only when both warpgroups are done with it, and the warpgroup waiting
     for its turn holds none of them, so with fewer slots than D blocks the issuing warpgroup waits forever
     for a slot only its partner could release (for 16-bit inputs: D > 256 at the wide width; at 128, D from 208
-    to 256, where two CTAs share an SM's shared memory, and past 448)."""
-    return stages_for(D, block_n) >= _d_padded(D) // BLOCK_D
+    to 256, where two CTAs share an SM's shared memory, and past 448; with staged norms, D from 192 to 256 and
+    past 384)."""
+    return stages_for(D, block_n, staged_norms) >= _d_padded(D) // BLOCK_D
 
 
-def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:
+def ctas_per_sm(D: int, block_n: int = BLOCK_N, staged_norms: bool = False) -> int:
     """2 while half an SM holds the kernel: the point tile and a MIN_STAGES_TWO_CTAS-deep ring in shared
     memory (D <= 256 for 16-bit inputs), and registers for 2 x 288 threads (at most 112 each), which a
     64 x 128 accumulator (64 registers) leaves room for and a 64 x 256 one (128) does not. Else 1."""
     fits_registers = block_n <= BLOCK_N
-    return 2 if fits_registers and _ring_slots(D, 2, block_n) >= MIN_STAGES_TWO_CTAS else 1
+    return 2 if fits_registers and _ring_slots(D, 2, block_n, staged_norms) >= MIN_STAGES_TWO_CTAS else 1
 
 
-def stages_for(D: int, block_n: int = BLOCK_N) -> int:
+def stages_for(D: int, block_n: int = BLOCK_N, staged_norms: bool = False) -> int:
     """Ring depth: what this CTA's share of shared memory holds after the resident point tile, at most
-    MAX_STAGES."""
-    return min(MAX_STAGES, _ring_slots(D, ctas_per_sm(D, block_n), block_n))
+    MAX_STAGES; `staged_norms`: each slot also holds its tile's block_n fp32 norms."""
+    return min(MAX_STAGES, _ring_slots(D, ctas_per_sm(D, block_n, staged_norms), block_n, staged_norms))
 
 
-def _ring_slots(D: int, ctas: int, block_n: int) -> int:
+def _ring_slots(D: int, ctas: int, block_n: int, staged_norms: bool = False) -> int:
     budget = min(BLOCK_SMEM_MAX, SM_SMEM_BYTES // ctas - CTA_SMEM_RESERVED)
     x_bytes = BLOCK_M * _d_padded(D) * 2
-    slot_bytes = block_n * BLOCK_D * 2
+    slot_bytes = block_n * BLOCK_D * 2 + (block_n * 4 if staged_norms else 0)
     barrier_bytes = 1024           # mbarriers, padded by the 1024-byte alignment of the tiles
     return (budget - x_bytes - barrier_bytes) // slot_bytes
 
@@ -177,14 +184,21 @@ def check_shape(D: int, dtype: torch.dtype = torch.bfloat16) -> None:
     check_d(D)
 
 
+def takes(variant: str, D: int) -> bool:
+    """Whether `variant` (a name of VARIANTS) runs at D: a ping-pong variant only where its ring holds a whole
+    tile's D blocks (`ping_pong_fits`)."""
+    spec = VARIANT_SPECS[variant]
+    return not spec.ping_pong or ping_pong_fits(D, spec.block_n, spec.staged_norms)
+
+
 def check_variant(variant: str, D: int | None = None) -> None:
-    """The variant exists on sm_90a (`kmeans_kernels.variants`) and, given D, can run it: a ping-pong
-    variant only where its ring holds a whole tile's D blocks (`ping_pong_fits`)."""
-    recipe = variants.recipe(ARCH, variant)
-    if D is not None and recipe.ping_pong and not ping_pong_fits(D, recipe.tile_n):
-        raise ValueError(f"variant {variant!r} cannot take D={D}: its ring must hold a whole {recipe.tile_n}-wide "
-                         f"tile's {_d_padded(D) // BLOCK_D} D blocks and has {stages_for(D, recipe.tile_n)} slots "
-                         f"there; use 'lean_select'")
+    """The variant exists on sm_90a (`kmeans_kernels.variants`) and, given D, can run it (`takes`)."""
+    variants.recipe(ARCH, variant)
+    if D is not None and not takes(variant, D):
+        spec = VARIANT_SPECS[variant]
+        raise ValueError(f"variant {variant!r} cannot take D={D}: its ring must hold a whole {spec.block_n}-wide "
+                         f"tile's {_d_padded(D) // BLOCK_D} D blocks and has "
+                         f"{stages_for(D, spec.block_n, spec.staged_norms)} slots there; use 'lean_select'")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -199,13 +213,14 @@ class HopperAssign:
         spec = VARIANT_SPECS[variant]
         self.scan = spec.scan
         self.chains = reduce.chains_of(self.scan)
-        self.broadcast_norms = spec.broadcast_norms
+        self.broadcast_norms = spec.norms == "shuffle"
+        self.norms_in_acc = spec.norms == "accumulator"
         self.block_n = spec.block_n
         self.ping_pong = spec.ping_pong
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
-        self.stages = stages_for(D, self.block_n)
-        self.ctas_per_sm = ctas_per_sm(D, self.block_n)
+        self.stages = stages_for(D, self.block_n, spec.staged_norms)
+        self.ctas_per_sm = ctas_per_sm(D, self.block_n, spec.staged_norms)
         self.dtype = dtype
 
     @cute.jit
@@ -236,6 +251,10 @@ class HopperAssign:
         class SharedStorage:
             x_full: cute.struct.MemRange[cutlass.Int64, 2]
             ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            # -0.5 * c_sq of each slot's tile (norms in the accumulator; else one word, inside the barriers'
+            # padding to the tiles' 1024-byte alignment)
+            sn: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.stages * self.block_n
+                                                       if self.norms_in_acc else 1], 16]
             sx: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(x_smem)], 1024]
             sc: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(c_smem)], 1024]
 
@@ -277,6 +296,7 @@ class HopperAssign:
 
         sx = storage.sx.get_tensor(x_smem.outer, swizzle=x_smem.inner)
         sc = storage.sc.get_tensor(c_smem.outer, swizzle=c_smem.inner)
+        sn = storage.sn.get_tensor(cute.make_layout(self.stages * self.block_n if self.norms_in_acc else 1))
         # (BLOCK_M, d_pad, point tiles) and (block_n, BLOCK_D, centroid tiles, d blocks)
         gx = cute.local_tile(mx, (BLOCK_M, self.d_blocks * BLOCK_D), (None, 0))
         gc = cute.local_tile(mc, (self.block_n, BLOCK_D), (None, None))
@@ -296,7 +316,15 @@ class HopperAssign:
             slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
             for tile in cutlass.range(num_tiles, unroll=1):
                 for db in cutlass.range_constexpr(self.d_blocks):
-                    ring.producer_acquire(slot)
+                    if cutlass.const_expr(self.norms_in_acc and db == 0):
+                        # the tile's norms go beside its first slot before the slot's "full" arrive, which
+                        # publishes them with the TMA bytes (the warp's stores ordered before it by sync_warp)
+                        ring.sync_object_empty.wait(slot.index, slot.phase)
+                        self._stage_norms(c_sq, sn, slot.index, tile, K, tidx % 32)
+                        cute.arch.sync_warp()
+                        ring.sync_object_full.arrive(slot.index, ring.producer_mask)
+                    else:
+                        ring.producer_acquire(slot)
                     cute.copy(tma_c, tma_gc[(None, tile, db)], tma_sc[(None, slot.index)],
                               tma_bar_ptr=ring.producer_get_barrier(slot))
                     ring.producer_commit(slot)
@@ -313,7 +341,7 @@ class HopperAssign:
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             x_pipe.consumer_wait(x_state)
             ctx = _ConsumerState(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
-                                 lane=lane, best_score=best_score, best_index=best_index)
+                                 lane=lane, best_score=best_score, best_index=best_index, sn=sn)
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             # The ring positions and the MMA atom (its ACCUMULATE flag is state) are rebound at every step,
             # so that the DSL carries them through the loop.
@@ -322,6 +350,10 @@ class HopperAssign:
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             consumer_wg = tidx // 128
             for tile in cutlass.range(num_tiles, unroll=1):
+                if cutlass.const_expr(self.norms_in_acc):
+                    # the accumulator starts at -0.5 * c_sq (before my turn: it only needs the tile's first slot)
+                    ring.consumer_wait(read)
+                    self._norms_into_acc(ctx, acc, read.index)
                 if cutlass.const_expr(self.ping_pong):
                     # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
                     if consumer_wg + tile > 0:
@@ -364,7 +396,8 @@ class HopperAssign:
                 release, held = self._retire(k, release, held, 1)
             k.ring.consumer_wait(read)
             for s in range(steps):
-                mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, db + s > 0)
+                # onto the staged norms from the first step, else onto zero
+                mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, self.norms_in_acc or db + s > 0)
                 cute.gemm(mma, acc, k.frag_x[(None, None, db * steps + s, 0)],
                           k.frag_c[(None, None, s, read.index)], acc)
             cute.nvgpu.warpgroup.commit_group()
@@ -380,11 +413,36 @@ class HopperAssign:
             release.advance()
         return release, held - count
 
+    def _stage_norms(self, c_sq, sn, slot_index, tile, K, lane):
+        """Producer warp: -0.5 * c_sq of the tile's columns (-inf past K) into the norms of ring slot
+        `slot_index`, one coalesced load per lane and 32 columns."""
+        first = tile * self.block_n
+        for t in range(self.block_n // 32):
+            col = first + lane + 32 * t
+            # clamp the address, then replace: a branch-free -inf for centroids past K
+            norm = cutlass.Float32(-0.5) * c_sq[cutlass.min(col, K - 1)]
+            sn[slot_index * self.block_n + lane + 32 * t] = cutlass.Float32(
+                cutlass.select_(col < K, norm, float("-inf")))
+
+    def _norms_into_acc(self, k, acc, slot_index):
+        """The accumulator of both of this thread's rows := -0.5 * c_sq of its columns, from the slot's norms."""
+        dots = cute.make_tensor(acc.iterator, _row_col_layout(self.block_n))
+        base = slot_index * self.block_n
+        for j in range(self.block_n // 4):
+            norm = k.sn[base + k.coords[_flat_index(0, j)][1]]
+            for r in range(2):
+                dots[r, j] = norm
+
     def _argmin(self, k, acc, tile):
         """Fold the 64 x block_n dot products of one tile into the running winners of this thread's rows."""
         cols_per_row = self.block_n // 4
         dots = cute.make_tensor(acc.iterator, _row_col_layout(self.block_n))
         first = tile * self.block_n
+        if cutlass.const_expr(self.norms_in_acc):
+            # acc = dot - half norm: the scan minimises its negation, the score itself
+            reduce.scan_pairs(dots, dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
+                              k.best_score, k.best_index, folded=True)
+            return
         cols = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Int32)
         half_norms = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Float32)
         if self.broadcast_norms:

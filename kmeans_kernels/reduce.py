@@ -112,8 +112,11 @@ def pair_step(score, index, s_lo, s_hi, i_lo, i_hi, fmin, select):
 
 @cute.jit
 def scan_pairs(dots: cute.Tensor, half_norms: cute.Tensor, offsets: cutlass.Constexpr, base: cutlass.Int32,
-               best_score: cute.Tensor, best_index: cute.Tensor):
+               best_score: cute.Tensor, best_index: cute.Tensor, folded: cutlass.Constexpr[bool] = False):
     """ilp2's two chains per row (even and odd j), each folding its columns two at a time (j and j + 2).
+
+    ``folded``: ``dots`` already holds ``dot - half norm`` (the MMA accumulated onto the negated half norms), so
+    the score is its negation, a sign on the compare's operands; ``half_norms`` is then not read.
 
     The column of j is ``base + offsets[j]``, offsets a compile-time tuple increasing with j: the chains carry
     their index relative to `base` through the tile, so each candidate index is an immediate operand and the
@@ -152,8 +155,12 @@ def scan_pairs(dots: cute.Tensor, half_norms: cute.Tensor, offsets: cutlass.Cons
             score = best_score[c, r]
             index = best_index[c, r] - chain_base
             for j in cutlass.range_constexpr(c, cute.size(dots, mode=[1]), 4):
+                if cutlass.const_expr(folded):
+                    s_lo, s_hi = -dots[r, j], -dots[r, j + 2]
+                else:
+                    s_lo, s_hi = half_norms[j] - dots[r, j], half_norms[j + 2] - dots[r, j + 2]
                 score, index = pair_step(
-                    score, index, half_norms[j] - dots[r, j], half_norms[j + 2] - dots[r, j + 2],
+                    score, index, s_lo, s_hi,
                     cutlass.Int32(offsets[j] - offsets[c]), cutlass.Int32(offsets[j + 2] - offsets[c]),
                     cute.arch.fmin, lambda p, a, b: type(a)(cutlass.select_(p, a, b)))
             best_score[c, r] = score

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 D_MULTIPLE = 16        # the MMA K of 16-bit operands
 D_MAX = 512            # a [128, 512] bf16 point tile is 128 KiB resident; beyond that too few ring slots remain
 SCANS = ("serial", "ilp2", "pairs")           # `kmeans_kernels.reduce`
-NORMS = ("load", "smem", "shuffle")
+NORMS = ("load", "smem", "shuffle", "accumulator")
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,10 @@ class Recipe:
     per score, `kmeans_kernels.reduce.scan_pairs`).
     norms: how a thread gets the half norms 0.5 * ||c_k||^2 of its columns: "load" (each thread reads them
     from global memory, L1-cached), "smem" (staged in shared memory once per tile, two named barriers) or
-    "shuffle" (each warp loads the tile's norms coalesced into registers and hands them out by shuffle_sync).
+    "shuffle" (each warp loads the tile's norms coalesced into registers and hands them out by shuffle_sync)
+    or "accumulator" (the producer warp stages -0.5 * ||c_k||^2 in shared memory beside each ring slot, and the
+    consumers load it into the accumulator before the tile's MMAs, which then add the dot products onto it: the
+    fold reads finished scores, negated).
     tile_n: centroids per tile. ping_pong: the two consumer warpgroups take turns at the tensor cores.
     warp_specialized: separate load, MMA and epilogue warps (False: one warp issues loads and MMAs between
     its epilogue steps).
@@ -62,6 +65,8 @@ RECIPES = {
         "lean_select": Recipe("pairs", "shuffle"),
         # lean_select with wide's turns at the tensor cores, on 128-wide tiles (two CTAs per SM up to D = 256)
         "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),
+        # lean_ping_pong with the half norms in the accumulator: no subtraction, shuffle or norm staging per score
+        "folded_norms": Recipe("pairs", "accumulator", ping_pong=True),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"
         "serial": Recipe("serial", "smem"),

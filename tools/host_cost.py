@@ -65,7 +65,7 @@ def kmeans(calls: int, gpu_calls: int = 50) -> None:
         sets = bench.input_sets(N, D, K)[:1]
         outs = torch.empty(N, dtype=torch.int32, device="cuda")
         fns = {v: (lambda x, c, c_sq, v=v: hopper.run(v, x, c, c_sq, outs)) for v in hopper.VARIANTS
-               if not (hopper.VARIANT_SPECS[v].ping_pong and not hopper.ping_pong_fits(D, hopper.VARIANT_SPECS[v].block_n))}
+               if hopper.takes(v, D)}
         for fn in fns.values():
             fn(*sets[0])
         gpu = sweep.gpu_ms(fns, sets, calls=gpu_calls)
