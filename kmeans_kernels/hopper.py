@@ -121,7 +121,7 @@ def auto_variant(N: int, D: int, K: int) -> str:
     at D = 128, level at 1M x 128 x 4096 and at 65536 x 64 x 512; D from 144 to 192 was not timed."""
     if D >= 256 and K >= 4096 and ping_pong_fits(D):
         return "wide"
-    return "lean_ping_pong" if D <= 128 else "lean_select"
+    return "folded_norms" if D <= 128 else "lean_select"
 
 
 def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N, staged_norms: bool = False) -> bool:
