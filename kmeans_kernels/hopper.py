@@ -45,8 +45,16 @@ Variants (the tutorial's steps):
 ``lean_ping_pong``  ``lean_select`` with the two consumer warpgroups taking turns at the tensor cores, as in
                     ``wide``, on 128-wide tiles with two CTAs per SM (not at D 208-256 or past 448:
                     ``ping_pong_fits``): one warpgroup folds tile t while the other's WGMMAs for tile t run,
-                    instead of both waiting for one MMA and then folding at once. What ``auto`` runs at
-                    D <= 128.
+                    instead of both waiting for one MMA and then folding at once.
+``folded_norms``    ``lean_ping_pong`` with the half norms in the accumulator: the producer warp writes
+                    ``-0.5 * c_sq`` of a tile (``-inf`` past K) beside the tile's first ring slot before that slot's
+                    "full" arrive, each consumer thread copies its columns' values into both of its rows'
+                    accumulators, and the WGMMAs accumulate onto them, so the accumulator holds ``dot - 0.5 *
+                    c_sq``, the score negated: the fold has no subtraction, no norm shuffles, and scans ``-acc``.
+                    Exact inputs stay exact (the sum of ``-h`` and exact products is exact); only where finite
+                    products overflow fp32 in their sum can the sum that starts at ``-h`` stay finite where the
+                    reference's dot is +inf. Each slot holds 512 more bytes: one slot fewer at D = 64 and 128.
+                    What ``auto`` runs at D <= 128.
 """
 from __future__ import annotations
 
@@ -100,8 +108,8 @@ class VariantSpec:
         return self.norms == "accumulator"
 
 
-# In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms either loaded by each
-# thread or broadcast by shuffles.
+# In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms loaded by each thread,
+# broadcast by shuffles, or staged beside the ring slots and started in the accumulator.
 VARIANT_SPECS = {name: VariantSpec(r.scan, norms=r.norms, block_n=r.tile_n, ping_pong=r.ping_pong)
                  for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(VARIANT_SPECS)
@@ -112,13 +120,16 @@ def auto_variant(N: int, D: int, K: int) -> str:
     one CTA per SM, ping-pong warpgroups) where D >= 256 and each CTA walks a long row of centroid tiles
     (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
     than the second CTA's overlap; else 128-wide tiles, two CTAs per SM, with the pairs scan: lean_ping_pong
-    (its warpgroups taking turns at the tensor cores) at D <= 128, lean_select above.
+    (its warpgroups taking turns at the tensor cores) with the half norms in the accumulator (folded_norms) at
+    D <= 128, lean_select above.
 
     At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 % slower there in both full runs
     that timed it, and 4-10 % faster at 65536 x 256 x 4096 (data/measured/h200/kmeans_floor.csv). lean_select
     against norm_broadcast: 6-8 % faster at every D = 128 shape with K >= 4096, level at D = 64 and at K = 512.
     lean_ping_pong against lean_select (kmeans_lean_ping_pong.csv): 5-7 % faster at D = 64 with K >= 4096, 1-3.5 %
-    at D = 128, level at 1M x 128 x 4096 and at 65536 x 64 x 512; D from 144 to 192 was not timed."""
+    at D = 128, level at 1M x 128 x 4096 and at 65536 x 64 x 512; D from 144 to 192 was not timed. folded_norms
+    against lean_ping_pong (kmeans_folded_norms.csv): 6-7 % faster at D = 64 with K >= 4096, 11-15 % at D = 128 (8 %
+    at 65536 x 128 x 512), level at 65536 x 64 x 512; against wide at D = 256 level or 2 % slower (not used there)."""
     if D >= 256 and K >= 4096 and ping_pong_fits(D):
         return "wide"
     return "folded_norms" if D <= 128 else "lean_select"

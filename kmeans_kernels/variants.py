@@ -3,7 +3,7 @@ architecture.
 
     check_d(D)                          # ValueError unless D is a multiple of 16 from 16 up to 512
     recipe("sm_100a", "norm_broadcast") # Recipe(scan='serial', norms='shuffle', tile_n=128, ...)
-    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide', 'lean_select', 'lean_ping_pong')
+    names("sm_90a")                     # ('serial', 'ilp2', 'norm_broadcast', 'wide', 'lean_select', ..., 'folded_norms')
     table()                             # one row per (variant, arch): what it is made of
 
 A variant name means one step of the tutorial, but the steps are not cut the same way on both machines. On
@@ -61,7 +61,7 @@ RECIPES = {
         # whole tile's D blocks, which the ping-pong needs: refused there (`hopper.ping_pong_fits`).
         "wide": Recipe("ilp2", "shuffle", tile_n=256, ping_pong=True),
         # norm_broadcast with the leaner scan (about 3.75 instead of 4.4 scan instructions per score, in the
-        # SASS); `auto` runs it, or lean_ping_pong, where it does not run wide (`hopper.auto_variant`).
+        # SASS); `auto` runs it, or folded_norms, where it does not run wide (`hopper.auto_variant`).
         "lean_select": Recipe("pairs", "shuffle"),
         # lean_select with wide's turns at the tensor cores, on 128-wide tiles (two CTAs per SM up to D = 256)
         "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),

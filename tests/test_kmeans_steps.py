@@ -197,6 +197,8 @@ def test_exercise_checkers_accept_the_computed_answer_and_refuse_others():
     assert exercises.norm_traffic(4, 32) and not exercises.norm_traffic(32, 0)
     assert not exercises.norm_traffic(4, 32, block_n=256)
     assert exercises.ring_slots(5) and not exercises.ring_slots(8) and exercises.ring_slots(3, D=256)
+    # each folded_norms slot also holds 512 bytes of norms: one slot fewer at D = 64 and 128
+    assert exercises.folded_slots(5) and not exercises.folded_slots(6) and exercises.folded_slots(4, D=128)
     with pytest.raises(ValueError, match="number"):
         exercises.chain_depth("64")
     assert "Right." in str(exercises.chain_depth(64)) and "Not yet" in exercises.chain_depth(1)._repr_html_()
@@ -572,3 +574,14 @@ def test_the_recorded_roles_probe_reads_whole():
     from workbook import records
     t = evidence.roles_table(pd.read_csv(records.DATA / "measured/h200/probes/kmeans_roles_8e2dd7a.csv"))
     assert len(t) == 3 and (t["both / sum"] <= 1.05).all() and (t["max / sum"] < t["both / sum"]).all()
+
+
+def test_folded_norms_take_the_subtraction_and_the_shuffles_out_of_the_fold():
+    from kmeans_kernels.steps import evidence
+    table = evidence.fold_block(Ds=(64,))
+    plain, folded = table.loc[(64, "lean_ping_pong")], table.loc[(64, "folded_norms")]
+    assert plain.FADD == 64 and folded.FADD == 0            # one subtraction per score, then none
+    assert plain.SHFL >= 32 and folded.SHFL < 32             # the norms' broadcast is gone
+    assert folded.FSETP == plain.FSETP and folded.FMNMX == plain.FMNMX   # the same pairs scan
+    assert folded.instructions < plain.instructions - 64
+

@@ -243,3 +243,21 @@ def plot_roles(table: pd.DataFrame, note: str, ax=None):
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=2, fontsize=8, frameon=False)
     ax.set_title(f"The two roles apart and at once ({note})", fontsize=9)
     return ax.figure
+
+
+FOLD_OPS = ("FADD", "SHFL", "LDS", "IMAD", "FSETP", "FMNMX", "FSEL", "SEL")
+
+
+def fold_block(variants=("lean_ping_pong", "folded_norms"), Ds=(64, 128)) -> pd.DataFrame:
+    """Per production variant and D: the instructions of the Hopper kernel's tile block (the branch-free run that
+    holds the scan, `sass_checks.scan_block`) and the counts of FOLD_OPS in it, from the compiled SASS (no GPU)."""
+    from collections import Counter
+
+    from kmeans_kernels import hopper
+    rows = []
+    for D in Ds:
+        for variant in variants:
+            block = sass_checks.scan_block(hopper.compile(variant, 65536, D, 4096).sass, after=None)
+            ops = Counter(ins.base for ins in block)
+            rows.append({"D": D, "variant": variant, "instructions": len(block), **{op: ops[op] for op in FOLD_OPS}})
+    return pd.DataFrame(rows).set_index(["D", "variant"])

@@ -147,6 +147,21 @@ def ring_slots(answer, D: int = 128) -> Verdict:
                                        "/ 16 KiB per slot, rounded down.")
 
 
+def folded_slots(answer, D: int = 64) -> Verdict:
+    """How many ring slots does the production `folded_norms` get at D, where each slot also holds its tile's
+    128 fp32 norms (`kmeans_kernels.hopper.stages_for(D, 128, staged_norms=True)`)?"""
+    from kmeans_kernels import hopper
+    want = hopper.stages_for(D, hopper.BLOCK_N, staged_norms=True)
+    got = _number(answer, "ring slots")
+    plain = hopper.stages_for(D, hopper.BLOCK_N)
+    x_kib = hopper.BLOCK_M * D * 2 / 1024
+    room = (hopper.SM_SMEM_BYTES // 2 - hopper.CTA_SMEM_RESERVED) / 1024 - x_kib - 1
+    return Verdict(got == want, (f"{room:g} KiB after the point tile and the barriers, 16.5 KiB per slot (16 KiB of "
+                                 f"centroids + 0.5 KiB of norms): {want} slots, against {plain} for lean_ping_pong.")
+                   if got == want else f"({room:g} KiB left for the ring) / (16 KiB of centroids + 128 x 4 bytes of "
+                                       "norms per slot), rounded down.")
+
+
 # ---------------------------------------------------------------------------------------------------- edit and run
 
 def tie_rule(path) -> Verdict:

@@ -13,6 +13,8 @@
 # * compute, before compiling, whether two CTAs fit (ring slots, the register cap) and check it in the cubin;
 # * read the whole progression, step 1 to step 4, as % of flashlib's kernel and % of the floor, with intervals;
 # * read Nsight Compute's PC samples by code region, and test whether two kinds of work overlap by running them apart.
+# * start the MMA's accumulator at the negated half norms, so that the fold reads finished scores, and count in the
+#   SASS what that removes from each tile.
 
 # %%
 import matplotlib.patches as patches
@@ -165,8 +167,8 @@ print("seed shapes where step 4's rule and production auto pick differently:",
 # cache). The benchmark times production `auto` against step 4 on every shape; the ratio measures what that costs.
 # The rows shown were recorded when `auto` ran `norm_broadcast` outside `wide`. It now runs the same kernel with a
 # leaner scan there (`lean_select`: two scores per compare-select step, 6-8 % faster at D = 128, `kmeans_floor.csv`),
-# and at D <= 128 with its two warpgroups taking turns at the tensor cores as `wide`'s do (`lean_ping_pong`: a further
-# 1-7 %, `kmeans_lean_ping_pong.csv`):
+# and at D <= 128 with its two warpgroups taking turns at the tensor cores as `wide`'s do and the half norms in the
+# accumulator (`lean_ping_pong`, a further 1-7 %, `kmeans_lean_ping_pong.csv`; then `folded_norms`, section 10):
 
 # %%
 if run.empty:
@@ -235,7 +237,7 @@ for probe, variant in (("kmeans_four_warpgroups_fba53fb", "four_warpgroups"), ("
 # are then in flight at a time, and one such stream does not keep the tensor cores busy. Fetching the next tile's
 # norms ahead was 4-14 % slower: its loads sit before the turn barrier and delay the warpgroup's WGMMA issue, and the
 # MMA issue is what these kernels wait on (the profiler: the tensor pipe 39 -> 35 % busy; `notes/perf-log.md`).
-# `auto` runs `lean_ping_pong` at D <= 128.
+# `auto` ran `lean_ping_pong` at D <= 128 until the change of section 10.
 
 # %% [markdown]
 # ## 9. Where the warps stand: the profiler's samples
@@ -277,6 +279,59 @@ plt.show()
 # ptxas then spills (`notes/perf-log.md`).
 
 # %% [markdown]
+# ## 10. Fewer instructions per score: the half norms in the accumulator (`folded_norms`)
+#
+# WGMMA computes `D = A·B + D`. Start `D` at `-0.5 ||c_k||^2` instead of zero and the tensor cores hand back
+# `dot - 0.5 ||c_k||^2`, the score negated: the fold's subtraction is gone, one FADD per score. So are the norms'
+# shuffles and their staging arithmetic: the producer warp, idle most of the time (section 9), writes the tile's 128
+# negated half norms beside the tile's first ring slot before that slot's "full" arrive, so they are published with
+# the TMA bytes, and each consumer thread copies its 32 columns' norms into both of its rows' accumulators (16
+# shared-memory loads of two floats, 32 register copies). The scan is `lean_select`'s pairs scan on `-acc`, a sign
+# on the compares' operands. Prediction from the count below: the tile block about 28 % shorter at D = 64, and since
+# the time is close to MMA time + fold time (section 9), about 15 % faster there and less at D = 128. Exact inputs
+# stay bit for bit: the sum of `-h` and the exact products is exact, and `-(dot - h) = h - dot` carries NaN, the
+# infinities and the tie rule unchanged. (Only where the products are finite and their *sum* overflows fp32 can
+# the running sum that starts at `-h` stay finite where the reference's dot is +inf.)
+
+# %%
+import inspect
+
+print(f"lean_ping_pong: {variants.recipe('sm_90a', 'lean_ping_pong')}\nfolded_norms:   {variants.recipe('sm_90a', 'folded_norms')}\n")
+for method in (hopper.HopperAssign._stage_norms, hopper.HopperAssign._norms_into_acc):
+    print(inspect.getsource(method))
+fold = evidence.fold_block()          # compiled here, no GPU: the tile block of each variant's SASS
+display(fold.style.set_caption("the tile block (scan, norms, next MMA issue) per thread and tile, SASS opcodes"))
+
+# %%
+ab = records.read("h200", "kmeans_folded_norms")
+if ab.empty:
+    print("not recorded yet: python tools/kmeans_ab.py --new folded_norms --old lean_ping_pong")
+else:
+    ab = ab[ab.date == ab.date.max()]
+    ab_note = (f"NVIDIA H200, {ab.date.iloc[0][:10]}, commit {ab.commit.iloc[0]}: "
+               "data/measured/h200/kmeans_folded_norms.csv (against lean_ping_pong; at D = 256 against wide)")
+    for timing in ("kernel", "latency"):
+        display(results.table_3sig(results.ratios(ab, "ours/folded_norms", timing=timing))
+                .set_caption(f"folded_norms / its reference, {timing} ({ab_note})"))
+    fig = results.plot_ratios(ab, ["ours/folded_norms"], ab_note)
+    plt.show()
+
+# %% [markdown]
+# It paid, though not as predicted: 6-7 % at D = 64 with K >= 4096 and 11-15 % at D = 128, in both timings; level
+# with `wide` at 65536 x 256 x 4096 and 2 % slower at 262144 x 256 x 4096, where the 256-wide tiles' fewer re-reads
+# of the point tile matter more than the fold. D = 64 gained less than its shorter block promised: the fold is not
+# the only cost there (one ring slot fewer, and the 32 register copies land inside the block at D = 64, outside it at
+# D = 128). `auto` runs `folded_norms` at D <= 128; the floor table (`kmeans_floor.csv`) moved from 1.62x to 1.46x
+# the floor, geometric mean back to back.
+#
+# **Exercise 3 (predict).** Each ring slot of `folded_norms` also holds its tile's 128 fp32 norms. How many slots
+# does it get at D = 64, where `lean_ping_pong` gets 6? Check with `exercises.folded_slots(n)`.
+
+# %%
+my_folded_slots = None   # your prediction
+print(exercises.folded_slots(my_folded_slots) if my_folded_slots is not None else "set your prediction and re-run.")
+
+# %% [markdown]
 # **Exercise 2 (edit and run).** In a copy of step 4, set `MIN_STAGES_TWO_CTAS = 2`. At which `D` does the kernel now
 # run two CTAs per SM that did not before, and with how many ring slots? Load the copy with `stepper.load(path)` and call
 # its `ctas_per_sm` and `stages_for`; on an H100/H200, `try_step(path)` times it against the original.
@@ -312,3 +367,5 @@ else:
 # * Why overlap pays so little on the H200 (section 9): the warps are mostly at work, not waiting, and the MMAs and
 #   the folds, run apart at once, take the sum of their times at D = 64 (0.85 of it at D = 128). What is left is
 #   fewer instructions per score.
+# * Fewer instructions per score is what paid (section 10): the MMA starts its sum at the negated half norms, and the
+#   fold loses its subtraction and the norms' shuffles; 6-7 % at D = 64, 11-15 % at D = 128.
