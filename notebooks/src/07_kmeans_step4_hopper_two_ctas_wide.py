@@ -307,7 +307,7 @@ ab = records.read("h200", "kmeans_folded_norms")
 if ab.empty:
     print("not recorded yet: python tools/kmeans_ab.py --new folded_norms --old lean_ping_pong")
 else:
-    ab = ab[ab.date == ab.date.max()]
+    ab = ab[ab.commit == ab.commit.iloc[-1]]         # the newest build's runs (one per reference)
     ab_note = (f"NVIDIA H200, {ab.date.iloc[0][:10]}, commit {ab.commit.iloc[0]}: "
                "data/measured/h200/kmeans_folded_norms.csv (against lean_ping_pong; at D = 256 against wide)")
     for timing in ("kernel", "latency"):
@@ -324,7 +324,7 @@ else:
 # D = 128). `auto` runs `folded_norms` at D <= 128; the floor table (`kmeans_floor.csv`) moved from 1.62x to 1.46x
 # the floor, geometric mean back to back.
 #
-# **Exercise 3 (predict).** Each ring slot of `folded_norms` also holds its tile's 128 fp32 norms. How many slots
+# **Exercise 2 (predict).** Each ring slot of `folded_norms` also holds its tile's 128 fp32 norms. How many slots
 # does it get at D = 64, where `lean_ping_pong` gets 6? Check with `exercises.folded_slots(n)`.
 
 # %%
@@ -332,7 +332,7 @@ my_folded_slots = None   # your prediction
 print(exercises.folded_slots(my_folded_slots) if my_folded_slots is not None else "set your prediction and re-run.")
 
 # %% [markdown]
-# **Exercise 2 (edit and run).** In a copy of step 4, set `MIN_STAGES_TWO_CTAS = 2`. At which `D` does the kernel now
+# **Exercise 3 (edit and run).** In a copy of step 4, set `MIN_STAGES_TWO_CTAS = 2`. At which `D` does the kernel now
 # run two CTAs per SM that did not before, and with how many ring slots? Load the copy with `stepper.load(path)` and call
 # its `ctas_per_sm` and `stages_for`; on an H100/H200, `try_step(path)` times it against the original.
 #
