@@ -232,10 +232,7 @@ class HopperAssign:
         self.broadcast_norms = spec.norms == "shuffle"
         self.norms_in_acc = spec.norms == "accumulator"
         self.quads = spec.quads
-        # quads: per lane q (of 4) the block_n / 2 words of its registers, padded by 4 so that the four lanes'
-        # 16-byte loads fall in different banks
-        self.quad_stride = spec.block_n // 2 + 4
-        self.norm_words = 4 * self.quad_stride if spec.quads else spec.block_n
+        self.norm_words = 2 * spec.block_n if spec.quads else spec.block_n
         self.block_n = spec.block_n
         self.ping_pong = spec.ping_pong
         self.D = D
@@ -446,7 +443,7 @@ class HopperAssign:
             if cutlass.const_expr(self.quads):
                 # column 8g + 2q + e goes where lane q's accumulator registers 4g + e and 4g + 2 + e (rows 0, 1) are
                 c = lane + 32 * t
-                at = slot_index * self.norm_words + (c % 8) // 2 * self.quad_stride + (c // 8) * 4 + c % 2
+                at = slot_index * self.norm_words + (c % 8) // 2 * (self.block_n // 2) + (c // 8) * 4 + c % 2
                 sn[at] = norm
                 sn[at + 2] = norm
             else:
@@ -457,7 +454,7 @@ class HopperAssign:
         if cutlass.const_expr(self.quads):
             # this lane's quads are its 64 accumulator registers in order: 16-byte loads straight into them
             n = cute.size(acc)
-            at = slot_index * self.norm_words + (k.lane % 4) * self.quad_stride
+            at = slot_index * self.norm_words + (k.lane % 4) * (self.block_n // 2)
             mine = cute.make_tensor(k.sn.iterator + cute.assume(at, divby=4), cute.make_layout(n))
             cute.make_tensor(acc.iterator, cute.make_layout(n)).store(mine.load())
             return
