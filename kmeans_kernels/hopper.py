@@ -101,7 +101,6 @@ class VariantSpec:
     norms: str = "load"
     block_n: int = BLOCK_N
     ping_pong: bool = False
-    quads: bool = False      # EXPERIMENT: norms stored as per-lane quads, loaded straight into the accumulator
 
     @property
     def staged_norms(self) -> bool:
@@ -113,10 +112,6 @@ class VariantSpec:
 # broadcast by shuffles, or staged beside the ring slots and started in the accumulator.
 VARIANT_SPECS = {name: VariantSpec(r.scan, norms=r.norms, block_n=r.tile_n, ping_pong=r.ping_pong)
                  for name, r in variants.RECIPES[ARCH].items()}
-VARIANT_SPECS["folded_quads"] = VariantSpec("pairs", norms="accumulator", ping_pong=True, quads=True)   # EXPERIMENT
-VARIANT_SPECS["folded_select"] = VariantSpec("pairs", norms="accumulator", quads=True)   # EXPERIMENT
-VARIANT_SPECS["folded_wide"] = VariantSpec("pairs", norms="accumulator", block_n=WIDE_BLOCK_N, ping_pong=True,
-                                           quads=True)   # EXPERIMENT
 VARIANTS = tuple(VARIANT_SPECS)
 
 
@@ -231,8 +226,6 @@ class HopperAssign:
         self.chains = reduce.chains_of(self.scan)
         self.broadcast_norms = spec.norms == "shuffle"
         self.norms_in_acc = spec.norms == "accumulator"
-        self.quads = spec.quads
-        self.norm_words = 2 * spec.block_n if spec.quads else spec.block_n
         self.block_n = spec.block_n
         self.ping_pong = spec.ping_pong
         self.D = D
@@ -271,7 +264,7 @@ class HopperAssign:
             ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
             # -0.5 * c_sq of each slot's tile (norms in the accumulator; else one word, inside the barriers'
             # padding to the tiles' 1024-byte alignment)
-            sn: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.stages * self.norm_words
+            sn: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.stages * self.block_n
                                                        if self.norms_in_acc else 1], 16]
             sx: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(x_smem)], 1024]
             sc: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(c_smem)], 1024]
@@ -314,7 +307,7 @@ class HopperAssign:
 
         sx = storage.sx.get_tensor(x_smem.outer, swizzle=x_smem.inner)
         sc = storage.sc.get_tensor(c_smem.outer, swizzle=c_smem.inner)
-        sn = storage.sn.get_tensor(cute.make_layout(self.stages * self.norm_words if self.norms_in_acc else 1))
+        sn = storage.sn.get_tensor(cute.make_layout(self.stages * self.block_n if self.norms_in_acc else 1))
         # (BLOCK_M, d_pad, point tiles) and (block_n, BLOCK_D, centroid tiles, d blocks)
         gx = cute.local_tile(mx, (BLOCK_M, self.d_blocks * BLOCK_D), (None, 0))
         gc = cute.local_tile(mc, (self.block_n, BLOCK_D), (None, None))
@@ -439,25 +432,11 @@ class HopperAssign:
             col = first + lane + 32 * t
             # clamp the address, then replace: a branch-free -inf for centroids past K
             norm = cutlass.Float32(-0.5) * c_sq[cutlass.min(col, K - 1)]
-            norm = cutlass.Float32(cutlass.select_(col < K, norm, float("-inf")))
-            if cutlass.const_expr(self.quads):
-                # column 8g + 2q + e goes where lane q's accumulator registers 4g + e and 4g + 2 + e (rows 0, 1) are
-                c = lane + 32 * t
-                at = slot_index * self.norm_words + (c % 8) // 2 * (self.block_n // 2) + (c // 8) * 4 + c % 2
-                sn[at] = norm
-                sn[at + 2] = norm
-            else:
-                sn[slot_index * self.block_n + lane + 32 * t] = norm
+            sn[slot_index * self.block_n + lane + 32 * t] = cutlass.Float32(
+                cutlass.select_(col < K, norm, float("-inf")))
 
     def _norms_into_acc(self, k, acc, slot_index):
         """The accumulator of both of this thread's rows := -0.5 * c_sq of its columns, from the slot's norms."""
-        if cutlass.const_expr(self.quads):
-            # this lane's quads are its 64 accumulator registers in order: 16-byte loads straight into them
-            n = cute.size(acc)
-            at = slot_index * self.norm_words + (k.lane % 4) * (self.block_n // 2)
-            mine = cute.make_tensor(k.sn.iterator + cute.assume(at, divby=4), cute.make_layout(n))
-            cute.make_tensor(acc.iterator, cute.make_layout(n)).store(mine.load())
-            return
         dots = cute.make_tensor(acc.iterator, _row_col_layout(self.block_n))
         base = slot_index * self.block_n
         for j in range(self.block_n // 4):

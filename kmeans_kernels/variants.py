@@ -67,9 +67,6 @@ RECIPES = {
         "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),
         # lean_ping_pong with the half norms in the accumulator: no subtraction, shuffle or norm staging per score
         "folded_norms": Recipe("pairs", "accumulator", ping_pong=True),
-        "folded_quads": Recipe("pairs", "accumulator", ping_pong=True),   # EXPERIMENT (hopper.VariantSpec.quads)
-        "folded_select": Recipe("pairs", "accumulator"),   # EXPERIMENT
-        "folded_wide": Recipe("pairs", "accumulator", tile_n=256, ping_pong=True),   # EXPERIMENT
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"
         "serial": Recipe("serial", "smem"),
