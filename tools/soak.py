@@ -43,7 +43,7 @@ import kmeans_kernels  # noqa: E402
 from kmeans_kernels import reference  # noqa: E402
 from workbook import gpus, launch  # noqa: E402
 
-KMEANS_D = (64, 128)                     # auto picks norm_broadcast for both: one build per D and dtype
+KMEANS_D = (64, 128)                     # auto picks one variant for both (hopper.auto_variant): one build per D and dtype
 KMEANS_DTYPES = (torch.bfloat16, torch.float16)
 GEMM_NARROW = (128,)                     # the balanced plan's narrow widths: at most two GEMM builds
 POOL = 96                                # argument sets kept for reuse, per package
