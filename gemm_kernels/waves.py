@@ -327,7 +327,16 @@ def stream_k(items: int, slots: int, k_blocks: int) -> tuple[int, tuple[tuple[Se
     # wider region measured up to 1.2x slower with single-CTA items
     joins = items - tail >= slots and tail * k_blocks < SHORT_UNIT * slots
     full = items - tail - slots if joins else items - tail
-    total = (items - full) * k_blocks
+    return full, stream_k_units(full, items - full, slots, k_blocks)
+
+
+def stream_k_units(first: int, region: int, slots: int, k_blocks: int) -> tuple[tuple[Segment, ...], ...]:
+    """Items ``first .. first + region`` (``k_blocks`` K-blocks each), laid end to end, cut into
+    ``min(slots, region * k_blocks)`` units of equal work to one K-block; each unit is its Segments in K order
+    (`stream_k` chooses the region)."""
+    total = region * k_blocks
+    if total == 0:
+        return ()
     count = min(slots, total)
     bounds = [u * total // count for u in range(count + 1)]
     units = []
@@ -336,10 +345,10 @@ def stream_k(items: int, slots: int, k_blocks: int) -> tuple[int, tuple[tuple[Se
         while lo < hi:
             item, k0 = divmod(lo, k_blocks)
             k1 = min(k_blocks, k0 + hi - lo)
-            pieces.append(Segment(full + item, k0, k1))
+            pieces.append(Segment(first + item, k0, k1))
             lo += k1 - k0
         units.append(tuple(pieces))
-    return full, tuple(units)
+    return tuple(units)
 
 
 def _group_size(wide: int, narrow: int) -> int:

@@ -13,22 +13,7 @@ from workbook import launch, records, timing
 def old_stream_k(items, slots, k_blocks):
     """The split before: the last partial wave alone, over all slots."""
     tail = items % slots
-    full = items - tail
-    if tail == 0:
-        return full, ()
-    total = tail * k_blocks
-    count = min(slots, total)
-    bounds = [u * total // count for u in range(count + 1)]
-    units = []
-    for lo, hi in zip(bounds, bounds[1:]):
-        pieces = []
-        while lo < hi:
-            item, k0 = divmod(lo, k_blocks)
-            k1 = min(k_blocks, k0 + hi - lo)
-            pieces.append(waves.Segment(full + item, k0, k1))
-            lo += k1 - k0
-        units.append(tuple(pieces))
-    return full, tuple(units)
+    return items - tail, waves.stream_k_units(items - tail, tail, slots, k_blocks)
 
 
 def prepared(M, N, K, name, split):
