@@ -225,12 +225,14 @@ class HopperAssign:
         self.scan = spec.scan
         self.chains = reduce.chains_of(self.scan)
         self.broadcast_norms = spec.norms == "shuffle"
-        self.norms_in_acc = spec.norms == "accumulator"
+        self.norms_in_acc = spec.staged_norms
         self.block_n = spec.block_n
         self.ping_pong = spec.ping_pong
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
         self.stages = stages_for(D, self.block_n, spec.staged_norms)
+        # -0.5 * c_sq of each ring slot's tile; one unused word for the other variants
+        self.norm_words = self.stages * spec.block_n if spec.staged_norms else 1
         self.ctas_per_sm = ctas_per_sm(D, self.block_n, spec.staged_norms)
         self.dtype = dtype
 
@@ -264,8 +266,7 @@ class HopperAssign:
             ring_barriers: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
             # -0.5 * c_sq of each slot's tile (norms in the accumulator; else one word, inside the barriers'
             # padding to the tiles' 1024-byte alignment)
-            sn: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.stages * self.block_n
-                                                       if self.norms_in_acc else 1], 16]
+            sn: cute.struct.Align[cute.struct.MemRange[cutlass.Float32, self.norm_words], 16]
             sx: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(x_smem)], 1024]
             sc: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(c_smem)], 1024]
 
@@ -307,7 +308,7 @@ class HopperAssign:
 
         sx = storage.sx.get_tensor(x_smem.outer, swizzle=x_smem.inner)
         sc = storage.sc.get_tensor(c_smem.outer, swizzle=c_smem.inner)
-        sn = storage.sn.get_tensor(cute.make_layout(self.stages * self.block_n if self.norms_in_acc else 1))
+        sn = storage.sn.get_tensor(cute.make_layout(self.norm_words))
         # (BLOCK_M, d_pad, point tiles) and (block_n, BLOCK_D, centroid tiles, d blocks)
         gx = cute.local_tile(mx, (BLOCK_M, self.d_blocks * BLOCK_D), (None, 0))
         gc = cute.local_tile(mc, (self.block_n, BLOCK_D), (None, None))
