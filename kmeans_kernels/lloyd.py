@@ -17,8 +17,8 @@ points. Here:
   Integer addition is associative, so the order in which the GPU's atomics land cannot change a single bit:
   the same input gives the same centroids run after run, and the all-reduce of integer sums is exact, so the
   sharded run equals the single-process run bit for bit (given the same ids). Float atomics would round
-  differently with every arrival order. On CUDA each iteration sorts the ids and one kernel sums runs of
-  equal ids from the 16-bit x itself (`lloyd_update.cluster_sums`: x read once in 16 bits, a few million
+  differently with every arrival order. On CUDA each iteration groups the rows by id (a counting sort,
+  `lloyd_update.Grouping`) and one kernel sums runs of equal ids from the 16-bit x itself (`lloyd_update.cluster_sums`: x read once in 16 bits, a few million
   atomics); on the CPU the sums are `index_add_`s of a fixed-point copy of x made once (8 bytes per
   coordinate); both give the same integers. Precision, with L = ceil(log2 N): the grid step is
   at most 2^(L - 61) max|x|, so a bf16 value at least max|x| / 2^(55 - L) (fp16: / 2^(52 - L)) is exact,
@@ -84,7 +84,7 @@ FIT_DTYPES = (torch.bfloat16, torch.float16)
 SAMPLE_PER_CLUSTER = 16   # k-means++ runs on at most max(16 k, SAMPLE_MIN) rows of x
 SAMPLE_MIN = 8192
 FIXED_POINT_BITS = 62     # sums of N fixed-point values stay below 2^62 < 2^63
-UPDATES = ("sorted", "index_add")  # the per-iteration sums: sort + kernel (CUDA), or index_add_ of a fixed-point copy
+UPDATES = ("sorted", "index_add")  # the per-iteration sums: rows grouped by id + kernel (CUDA), or index_add_ of a fixed-point copy
 _CUDA_UPDATE = "sorted"   # what fit uses on CUDA (tests switch it to compare the two)
 _CHUNK_ELEMENTS = 1 << 22  # elements per chunk of the passes over x in torch: 16 MiB of fp32, 32 MiB of int64
 
@@ -402,7 +402,7 @@ def _initial_centroids(x, k, init, seed, shards: _Shards) -> torch.Tensor:
 
 class _Lloyd:
     """The state of one fit: x's fixed-point scale, the data mean and spread, one buffer for the sums, and what
-    the update needs per iteration. `update`: "sorted" (CUDA only: sort the ids, sum runs from x itself) or
+    the update needs per iteration. `update`: "sorted" (CUDA only: group the rows by id, sum runs from x itself) or
     "index_add" (a fixed-point copy of x, made once); None: "sorted" on CUDA, "index_add" on the CPU."""
 
     def __init__(self, x: torch.Tensor, k: int, variant: str, shards: _Shards, update: str | None = None):
@@ -422,8 +422,7 @@ class _Lloyd:
         if self.update_method == "sorted":
             from kmeans_kernels import lloyd_update   # CuTe DSL: imported with the CUDA path only
             self.cluster_sums = lloyd_update.cluster_sums
-            self.sorted_ids = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
-            self.order = torch.empty(x.shape[0], dtype=torch.int64, device=x.device)
+            self.grouping = lloyd_update.Grouping(x.shape[0], k, x.device)
         else:
             self.xq = fixed_point(x, self.s)
             self.ones = torch.ones(x.shape[0], dtype=torch.int64, device=x.device)
@@ -460,9 +459,9 @@ class _Lloyd:
         k = self.k
         self.acc.zero_()
         if self.update_method == "sorted":
-            # the buffers are the same every iteration, so the kernel's launch cache hits; nothing waits
-            torch.sort(ids, stable=True, out=(self.sorted_ids, self.order))
-            self.cluster_sums(self.x, self.sorted_ids, self.order, self.s, self.sums, self.counts[:k + 1])
+            # the buffers are the same every iteration, so the kernels' launch caches hit; nothing waits
+            sorted_ids, order = self.grouping(ids)
+            self.cluster_sums(self.x, sorted_ids, order, self.s, self.sums, self.counts[:k + 1])
         else:
             slot = torch.where(ids < 0, k, ids)
             self.sums.index_add_(0, slot, self.xq)

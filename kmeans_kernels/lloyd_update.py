@@ -1,28 +1,29 @@
-"""The centroid update of `kmeans_kernels.fit` on CUDA: per-cluster fixed-point sums through a sort of the ids.
+"""The centroid update of `kmeans_kernels.fit` on CUDA: per-cluster fixed-point sums of the rows grouped by id.
 
-    sorted_ids, order = torch.sort(ids, stable=True)          # ids int32 [N]; order: the permutation
+    sorted_ids, order = Grouping(N, k, device)(ids)            # ids int32 [N]; order: the permutation
     cluster_sums(x, sorted_ids, order, s, sums, counts)        # sums [k+1, D], counts [k+1]: added to
     art = compile(D=128, dtype=torch.bfloat16, arch="sm_90a")  # no GPU needed: .ptx, .sass
 
 The sums are those of ``index_add_`` of `kmeans_kernels.lloyd.fixed_point(x, s)` (x * 2^s truncated toward
 zero, exactly; the rule and why it is exact are there), bit for bit, without that int64 copy of x.
 
-**Why a sort.** `index_add_` of the fixed-point copy costs, per iteration, a read of 8 bytes per coordinate
+**Why group the rows.** `index_add_` of the fixed-point copy costs, per iteration, a read of 8 bytes per coordinate
 (1 GiB at 1M x 128) and one int64 atomic per coordinate (128M). Here, per iteration:
 
-1. sort the ids (int32, `torch.sort` on the device: no wait for the host) into `sorted_ids` and the
-   permutation `order`;
+1. group the rows by id with a counting sort on the device (`Grouping`: one int32 atomic per row for its rank
+   in its cluster, the counts' prefix sums, each row to its place; no wait for the host) into `sorted_ids`
+   and the permutation `order` (`torch.sort(ids)` gives the same sums);
 2. one kernel walks the sorted order in fixed chunks of rows (`rows_per_group`; never one CTA per cluster,
    so one huge cluster cannot serialise it): a group of D / 8 threads reads each row of the 16-bit x through
    the permutation (16 contiguous bytes per thread, a whole row per group), converts it by the rule
    (fp32(x) * 2^s1 * 2^s2, truncated to int64: one F2I.S64 per coordinate), adds runs of equal ids in int64
    registers, and at the end of a run adds the run's D sums and its length to ``sums`` and ``counts`` with
    int64 atomic adds (`red.global.add.u64`). Integer addition commutes, so the result cannot depend on which
-   run lands first: the same sums run after run. The sort only makes the runs long; any order of the ids
-   gives the same sums, with more atomics.
+   run lands first: the same sums run after run. The grouping only makes the runs long; any order of the
+   ids gives the same sums, with more atomics.
 
-Per iteration at N = 1M, D = 128, k = 4096: x read once in 16 bits (256 MiB instead of 1 GiB), 12 bytes per
-row of ids and permutation, and about (N / 64 chunks) x (1 + 64 / mean cluster size) runs x D = 2.6M atomics
+Per iteration at N = 1M, D = 128, k = 4096: x read once in 16 bits (256 MiB instead of 1 GiB), about 40 bytes per
+row for the grouping, and about (N / 64 chunks) x (1 + 64 / mean cluster size) runs x D = 2.6M atomics
 instead of 128M. An id < 0 (a point with no winner) goes to row k of sums and counts.
 
 The kernel takes 16-bit x with D a multiple of 8 (rows of whole 16-byte vectors) from a 16-byte aligned
@@ -86,22 +87,23 @@ class ClusterSums:
         acc.fill(0)
         run_id = cutlass.Int32(0)
         run = cutlass.Int32(0)
+        # the ids and rows of the next batch are loaded while this batch's x rows load and add, so that a
+        # batch waits for one round trip to memory, not two (the x loads need the rows)
+        next_ids = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int32)
+        next_rows = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int64)
         if start < N:
             run_id = ids[start]
+            self._load_batch(ids, order, start, end, next_ids, next_rows)
         for i in cutlass.range(start, end, UNROLL, unroll=1):
-            # every load of the batch first (past `end`, the last row again: in bounds, and never added) ...
             batch_ids = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int32)
-            batch_rows = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int64)
-            for u in cutlass.range_constexpr(UNROLL):
-                j = cutlass.min(i + u, end - 1)
-                batch_ids[u] = ids[j]
-                batch_rows[u] = order[j]
+            batch_ids.store(next_ids.load())
             values = []
             for u in cutlass.range_constexpr(UNROLL):
                 # D is a multiple of VEC, so every thread's 8 elements start on a 16-byte boundary
-                offset = cute.assume(batch_rows[u] * self.D + lane * VEC, divby=VEC)
+                offset = cute.assume(next_rows[u] * self.D + lane * VEC, divby=VEC)
                 values.append(cute.make_tensor(x_ptr + offset, cute.make_layout(VEC)).load())
-            # ... then add them, flushing a run where the id changes
+            self._load_batch(ids, order, i + UNROLL, end, next_ids, next_rows)
+            # then add them, flushing a run where the id changes
             for u in cutlass.range_constexpr(UNROLL):
                 if i + u < end:
                     if batch_ids[u] != run_id:
@@ -117,6 +119,16 @@ class ClusterSums:
             self._flush(sums_ptr, counts_ptr, acc, run_id, run, k, lane)
 
     @cute.jit
+    def _load_batch(self, ids: cute.Tensor, order: cute.Tensor, first: cutlass.Int32, end: cutlass.Int32,
+                    batch_ids: cute.Tensor, batch_rows: cute.Tensor):
+        """The ids and rows of sorted positions first .. first + UNROLL - 1; past `end`, the last row again (in
+        bounds, and never added). Needs first < end or end - 1 >= 0."""
+        for u in cutlass.range_constexpr(UNROLL):
+            j = cutlass.min(first + u, end - 1)
+            batch_ids[u] = ids[j]
+            batch_rows[u] = order[j]
+
+    @cute.jit
     def _flush(self, sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, acc: cute.Tensor, run_id: cutlass.Int32,
                run: cutlass.Int32, k: cutlass.Int32, lane: cutlass.Int32):
         """Add one run's sums (this thread's VEC columns) and, from the group's first lane, its length."""
@@ -127,6 +139,63 @@ class ClusterSums:
         if lane == 0:
             cute.arch.red(counts_ptr + slot, cutlass.Int64(run), op="add", dtype=cutlass.Uint64, sem="relaxed",
                           scope="gpu")
+
+
+# ---- grouping the rows by cluster: a counting sort --------------------------------------------------------
+
+GROUP_THREADS = 256    # per CTA of the two grouping kernels: one row each
+
+
+class ClusterRanks:
+    """rank[i] = how many rows of cluster slot(i) came before row i in the order the atomics landed, and
+    count[slot] += 1 (slot = id, or k for an id < 0): one int32 atomic add with return per row."""
+
+    @cute.jit
+    def __call__(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, rank_ptr: cute.Pointer, N: cutlass.Int32,
+                 k: cutlass.Int32, stream: cuda.CUstream):
+        self.kernel(ids_ptr, count_ptr, rank_ptr, N, k).launch(
+            grid=((N + GROUP_THREADS - 1) // GROUP_THREADS, 1, 1), block=[GROUP_THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, rank_ptr: cute.Pointer, N: cutlass.Int32,
+               k: cutlass.Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        i = block * GROUP_THREADS + tidx
+        if i < N:
+            row_id = cute.make_tensor(ids_ptr, cute.make_layout(N))[i]
+            slot = cutlass.select_(row_id < 0, k, row_id)
+            rank = cute.make_tensor(rank_ptr, cute.make_layout(N))
+            rank[i] = cute.arch.atomic_add(count_ptr + slot, cutlass.Int32(1), sem="relaxed", scope="gpu")
+
+
+class ClusterPlaces:
+    """Row i to position end[slot] - count[slot] + rank[i] (end: the inclusive prefix sums of count): order[pos]
+    = i, sorted_ids[pos] = slot. The rows of a cluster end up side by side, in the order their atomics landed,
+    which the integer sums do not see."""
+
+    @cute.jit
+    def __call__(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, end_ptr: cute.Pointer,
+                 rank_ptr: cute.Pointer, sorted_ptr: cute.Pointer, order_ptr: cute.Pointer, N: cutlass.Int32,
+                 k: cutlass.Int32, stream: cuda.CUstream):
+        self.kernel(ids_ptr, count_ptr, end_ptr, rank_ptr, sorted_ptr, order_ptr, N, k).launch(
+            grid=((N + GROUP_THREADS - 1) // GROUP_THREADS, 1, 1), block=[GROUP_THREADS, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, end_ptr: cute.Pointer,
+               rank_ptr: cute.Pointer, sorted_ptr: cute.Pointer, order_ptr: cute.Pointer, N: cutlass.Int32,
+               k: cutlass.Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        i = block * GROUP_THREADS + tidx
+        if i < N:
+            row_id = cute.make_tensor(ids_ptr, cute.make_layout(N))[i]
+            slot = cutlass.select_(row_id < 0, k, row_id)
+            clusters = cute.make_layout(k + 1)
+            pos = (cute.make_tensor(end_ptr, clusters)[slot] - cute.make_tensor(count_ptr, clusters)[slot]
+                   + cute.make_tensor(rank_ptr, cute.make_layout(N))[i])
+            cute.make_tensor(sorted_ptr, cute.make_layout(N))[pos] = slot
+            cute.make_tensor(order_ptr, cute.make_layout(N))[pos] = cutlass.Int64(i)
 
 
 # ---- host side: compile (no GPU needed) and run --------------------------------------------------------
@@ -221,3 +290,80 @@ def cluster_sums(x: torch.Tensor, sorted_ids: torch.Tensor, order: torch.Tensor,
               rows_per_group(N, D, _sm_count(device)), *scale_factors(s))
     _launches(D, x.dtype, arch, device)(values, lambda st: _args(x.dtype, *values, cuda.CUstream(st)),
                                          launch.stream_handle(device))
+
+
+# ---- host side of the grouping ------------------------------------------------------------------------
+
+def _grouping_args(ids: int, count: int, end: int, rank: int, sorted_ids: int, order: int, N: int, k: int,
+                   stream):
+    """(ClusterRanks' arguments, ClusterPlaces' arguments) for these addresses and sizes."""
+    gp = launch.gmem_pointer
+    i32 = lambda a: gp(cutlass.Int32, a, 4)   # noqa: E731
+    sizes = (cutlass.Int32(N), cutlass.Int32(k), stream)
+    return ((i32(ids), i32(count), i32(rank)) + sizes,
+            (i32(ids), i32(count), i32(end), i32(rank), i32(sorted_ids), gp(cutlass.Int64, order, 8)) + sizes)
+
+
+def _grouping_placeholders():
+    from cutlass.runtime import make_fake_stream
+    return _grouping_args(0, 0, 0, 0, 0, 0, 0, 0, make_fake_stream())
+
+
+def compile_grouping(arch: str = "sm_90a") -> tuple[sass.Artifacts, sass.Artifacts]:
+    """Compile ClusterRanks and ClusterPlaces for `arch` with no GPU -> their workbook.sass.Artifacts."""
+    if arch not in ARCHS:
+        raise ValueError(f"the grouping kernels are built for {ARCHS}; got {arch!r}")
+    ranks, places = _grouping_placeholders()
+    return (sass.compile_for(ClusterRanks(), *ranks, arch=arch),
+            sass.compile_for(ClusterPlaces(), *places, arch=arch))
+
+
+@functools.lru_cache(maxsize=None)
+def _grouping_launches(arch: str, device: int) -> tuple[launch.LaunchCache, launch.LaunchCache]:
+    ranks, places = _grouping_placeholders()
+    with launch.on_device(device):
+        compiled = (cute.compile(ClusterRanks(), *ranks, options=f"--gpu-arch {arch}"),
+                    cute.compile(ClusterPlaces(), *places, options=f"--gpu-arch {arch}"))
+    return (launch.LaunchCache(compiled[0], device=device, pointers=3),    # ids, count, rank
+            launch.LaunchCache(compiled[1], device=device, pointers=6))    # ids, count, end, rank, sorted, order
+
+
+class Grouping:
+    """The rows of ids grouped by cluster, into buffers made once for (N, k) on one device:
+
+        group = Grouping(N, k, device)
+        sorted_ids, order = group(ids)    # ids int32 [N] in [0, k) or < 0; launches only, never waits
+
+    sorted_ids[j] = slot(ids[order[j]]) (slot: the id, or k for an id < 0), non-decreasing, and order a
+    permutation of 0..N-1: what `torch.sort(ids)` gives `cluster_sums`, except that the rows of one cluster
+    come in the order their atomics landed (run to run they may differ; the integer sums do not) and that
+    ids < 0 sort last, as k. A counting sort: zero the counts, a rank per row from one int32 atomic
+    (ClusterRanks), the counts' prefix sums (`torch.cumsum`), each row to its place (ClusterPlaces); four
+    launches where the sort of 1M int32 keys took seven and several passes over keys and values."""
+
+    def __init__(self, N: int, k: int, device: torch.device):
+        if not 1 <= N <= MAX_ROWS or not 1 <= k < 2**31 - 1:
+            raise ValueError(f"Grouping takes 1 <= N <= {MAX_ROWS} and 1 <= k < 2^31 - 1; got N={N}, k={k}")
+        i32 = dict(dtype=torch.int32, device=device)
+        self.N, self.k, self.device = N, k, torch.device(device)
+        self.count = torch.zeros(k + 1, **i32)
+        self.end = torch.empty(k + 1, **i32)
+        self.rank = torch.empty(N, **i32)
+        self.sorted_ids = torch.empty(N, **i32)
+        self.order = torch.empty(N, dtype=torch.int64, device=device)
+
+    def __call__(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if (not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.device != self.device
+                or tuple(ids.shape) != (self.N,) or not ids.is_contiguous()):
+            raise ValueError(f"ids must be a contiguous int32 tensor of shape ({self.N},) on {self.device}")
+        device = self.device.index
+        ranks, places = _grouping_launches(kmeans_kernels.arch_of(self.device), device)
+        values = (ids.data_ptr(), self.count.data_ptr(), self.end.data_ptr(), self.rank.data_ptr(),
+                  self.sorted_ids.data_ptr(), self.order.data_ptr(), self.N, self.k)
+        stream = launch.stream_handle(device)
+        self.count.zero_()
+        ranks((values[0], values[1], values[3], self.N, self.k),
+              lambda st: _grouping_args(*values, cuda.CUstream(st))[0], stream)
+        torch.cumsum(self.count, 0, out=self.end)
+        places(values, lambda st: _grouping_args(*values, cuda.CUstream(st))[1], stream)
+        return self.sorted_ids, self.order

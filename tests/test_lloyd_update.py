@@ -113,6 +113,33 @@ def test_kernel_rejects_what_it_cannot_take():
                                   torch.zeros(2, 64, dtype=torch.int64), torch.zeros(2, dtype=torch.int64))
 
 
+def test_grouping_kernels_compile_to_one_int32_atomic_per_row():
+    from kmeans_kernels import lloyd_update
+    from workbook import sass
+    for arch in lloyd_update.ARCHS:
+        ranks, places = lloyd_update.compile_grouping(arch)
+        assert re.search(r"\batom\.\S*global\.add\.u32\b|\batom\.global\.\S*add\.(u|s)32\b", ranks.ptx)
+        assert "atom" not in places.ptx and "red." not in places.ptx       # the places: plain loads and stores
+    ops = sass.histogram(lloyd_update.compile_grouping("sm_90a")[0].sass)
+    assert sum(n for op, n in ops.items() if op.startswith("ATOMG.E.ADD")) == 1
+    assert not any(op.startswith(("ATOMG.E.ADD.64", "REDG")) for op in ops)
+    with pytest.raises(ValueError, match="sm_90a"):
+        lloyd_update.compile_grouping("sm_80")
+
+
+def test_grouping_refuses_what_it_cannot_take():
+    from kmeans_kernels import lloyd_update
+    with pytest.raises(ValueError, match="1 <= N"):
+        lloyd_update.Grouping(0, 4, "cpu")
+    with pytest.raises(ValueError, match="k < 2"):
+        lloyd_update.Grouping(8, 0, "cpu")
+    group = lloyd_update.Grouping(8, 4, "cpu")
+    for ids in (torch.zeros(8, dtype=torch.int64), torch.zeros(9, dtype=torch.int32),
+                torch.zeros(16, dtype=torch.int32)[::2], [0] * 8):
+        with pytest.raises(ValueError, match="contiguous int32 tensor of shape \\(8,\\)"):
+            group(ids)
+
+
 def test_cpu_path_keeps_index_add_and_refuses_the_sort():
     x = torch.randn(64, 16).to(torch.bfloat16)
     lloyd = fitmod._Lloyd(x, 4, "auto", fitmod._Shards(None, 64))
@@ -157,7 +184,7 @@ def test_cluster_sums_equal_index_add_of_the_fixed_point_copy(dtype, D, N, k, cr
     # poisoned buffers: the kernel adds to what they hold
     base = torch.randint(-2**40, 2**40, (k + 1, D + 1), device="cuda")
     sums, counts = base[:, :D].contiguous(), base[:, D].contiguous()
-    sorted_ids, order = torch.sort(ids, stable=True)
+    sorted_ids, order = lloyd_update.Grouping(N, k, x.device)(ids)
     lloyd_update.cluster_sums(x, sorted_ids, order, s, sums, counts)
     assert torch.equal(sums - base[:, :D], want_sums)
     assert torch.equal(counts - base[:, D], want_counts)
@@ -165,6 +192,9 @@ def test_cluster_sums_equal_index_add_of_the_fixed_point_copy(dtype, D, N, k, cr
     sums2, counts2 = torch.zeros_like(want_sums), torch.zeros_like(want_counts)
     lloyd_update.cluster_sums(x, ids, torch.arange(N, device="cuda"), s, sums2, counts2)
     assert torch.equal(sums2, want_sums) and torch.equal(counts2, want_counts)
+    sums3, counts3 = torch.zeros_like(want_sums), torch.zeros_like(want_counts)   # torch.sort's order too
+    lloyd_update.cluster_sums(x, *torch.sort(ids, stable=True), s, sums3, counts3)
+    assert torch.equal(sums3, want_sums) and torch.equal(counts3, want_counts)
 
 
 @gpu
@@ -179,12 +209,36 @@ def test_cluster_sums_at_a_million_rows():
     s = fitmod._scale_exponent(x, fitmod._Shards(None, N))
     want_sums, want_counts = _want(x, ids, k, s)
     sums, counts = torch.zeros_like(want_sums), torch.zeros_like(want_counts)
-    sorted_ids, order = torch.sort(ids, stable=True)
+    sorted_ids, order = lloyd_update.Grouping(N, k, x.device)(ids)
     for _ in range(2):                       # the second call replays the launch cache's graph
         sums.zero_()
         counts.zero_()
         lloyd_update.cluster_sums(x, sorted_ids, order, s, sums, counts)
         assert torch.equal(sums, want_sums) and torch.equal(counts, want_counts)
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("N,k,crowd", [(1, 1, None), (255, 3, None), (257, 40, 0.5), (70000 + 3, 300, None),
+                                       ((1 << 20) + 37, 4096, 0.3)])
+def test_grouping_places_every_row_once_beside_its_cluster(N, k, crowd):
+    """Fresh ids in [-1, k) (cluster 1 empty, a crowd in cluster 0), poisoned buffers, the same buffers called
+    again with new ids (the launch caches' graph replays after a few calls): sorted_ids is the sorted slots,
+    order a permutation that takes each row to a place in its cluster's run, count the cluster sizes."""
+    from kmeans_kernels import lloyd_update
+    group = lloyd_update.Grouping(N, k, torch.device("cuda", 0))
+    ids = torch.empty(N, dtype=torch.int32, device="cuda")
+    for call in range(10):
+        ids.copy_(_case(N, 8, k, torch.bfloat16, seed=1000 * call + N, crowd=crowd)[1])
+        group.sorted_ids.fill_(-5)
+        group.order.fill_(N + 9)
+        group.count.fill_(77)       # zeroed by the call itself
+        sorted_ids, order = group(ids)
+        slot = torch.where(ids < 0, k, ids)
+        assert torch.equal(sorted_ids, torch.sort(slot).values)
+        assert torch.equal(torch.sort(order).values, torch.arange(N, device="cuda"))
+        assert torch.equal(slot[order], sorted_ids)
+        assert torch.equal(group.count.long(), torch.bincount(slot, minlength=k + 1))
 
 
 @gpu
