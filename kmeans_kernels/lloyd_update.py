@@ -45,7 +45,7 @@ from workbook import launch, sass
 VEC = 8                # 16-bit elements per thread per row: one 16-byte load
 THREADS = 256          # per CTA, at most: whole row groups of D / VEC threads
 ROWS_PER_GROUP = 64    # sorted rows a group walks, at most: the grid's unit of work, whatever the cluster sizes
-UNROLL = 4             # rows a group loads before it adds them: 4 loads in flight per thread
+UNROLL = 8             # rows a group loads before it adds them: 8 loads (128 bytes) in flight per thread
 CTAS_PER_SM = 4        # fewer rows per group where N would give fewer CTAs than this per SM
 MAX_ROWS = 2**31 - 1 - (THREADS + 1) * ROWS_PER_GROUP   # row indices (and a grid's overshoot) in 32 bits
 D_LIMIT = THREADS * VEC
@@ -87,23 +87,22 @@ class ClusterSums:
         acc.fill(0)
         run_id = cutlass.Int32(0)
         run = cutlass.Int32(0)
-        # the ids and rows of the next batch are loaded while this batch's x rows load and add, so that a
-        # batch waits for one round trip to memory, not two (the x loads need the rows)
-        next_ids = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int32)
-        next_rows = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int64)
         if start < N:
             run_id = ids[start]
-            self._load_batch(ids, order, start, end, next_ids, next_rows)
         for i in cutlass.range(start, end, UNROLL, unroll=1):
+            # every load of the batch first (past `end`, the last row again: in bounds, and never added) ...
             batch_ids = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int32)
-            batch_ids.store(next_ids.load())
+            batch_rows = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int64)
+            for u in cutlass.range_constexpr(UNROLL):
+                j = cutlass.min(i + u, end - 1)
+                batch_ids[u] = ids[j]
+                batch_rows[u] = order[j]
             values = []
             for u in cutlass.range_constexpr(UNROLL):
                 # D is a multiple of VEC, so every thread's 8 elements start on a 16-byte boundary
-                offset = cute.assume(next_rows[u] * self.D + lane * VEC, divby=VEC)
+                offset = cute.assume(batch_rows[u] * self.D + lane * VEC, divby=VEC)
                 values.append(cute.make_tensor(x_ptr + offset, cute.make_layout(VEC)).load())
-            self._load_batch(ids, order, i + UNROLL, end, next_ids, next_rows)
-            # then add them, flushing a run where the id changes
+            # ... then add them, flushing a run where the id changes
             for u in cutlass.range_constexpr(UNROLL):
                 if i + u < end:
                     if batch_ids[u] != run_id:
@@ -117,16 +116,6 @@ class ClusterSums:
                     run += 1
         if run > 0:
             self._flush(sums_ptr, counts_ptr, acc, run_id, run, k, lane)
-
-    @cute.jit
-    def _load_batch(self, ids: cute.Tensor, order: cute.Tensor, first: cutlass.Int32, end: cutlass.Int32,
-                    batch_ids: cute.Tensor, batch_rows: cute.Tensor):
-        """The ids and rows of sorted positions first .. first + UNROLL - 1; past `end`, the last row again (in
-        bounds, and never added). Needs first < end or end - 1 >= 0."""
-        for u in cutlass.range_constexpr(UNROLL):
-            j = cutlass.min(first + u, end - 1)
-            batch_ids[u] = ids[j]
-            batch_rows[u] = order[j]
 
     @cute.jit
     def _flush(self, sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, acc: cute.Tensor, run_id: cutlass.Int32,
@@ -143,7 +132,9 @@ class ClusterSums:
 
 # ---- grouping the rows by cluster: a counting sort --------------------------------------------------------
 
-GROUP_THREADS = 256    # per CTA of the two grouping kernels: one row each
+GROUP_THREADS = 256    # per CTA of the two grouping kernels
+ROWS_PER_THREAD = 4    # rows per thread there: four independent chains of loads in flight
+GROUP_ROWS = GROUP_THREADS * ROWS_PER_THREAD
 
 
 class ClusterRanks:
@@ -154,19 +145,22 @@ class ClusterRanks:
     def __call__(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, rank_ptr: cute.Pointer, N: cutlass.Int32,
                  k: cutlass.Int32, stream: cuda.CUstream):
         self.kernel(ids_ptr, count_ptr, rank_ptr, N, k).launch(
-            grid=((N + GROUP_THREADS - 1) // GROUP_THREADS, 1, 1), block=[GROUP_THREADS, 1, 1], stream=stream)
+            grid=((N + GROUP_ROWS - 1) // GROUP_ROWS, 1, 1), block=[GROUP_THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, rank_ptr: cute.Pointer, N: cutlass.Int32,
                k: cutlass.Int32):
-        tidx, _, _ = cute.arch.thread_idx()
-        block, _, _ = cute.arch.block_idx()
-        i = block * GROUP_THREADS + tidx
-        if i < N:
-            row_id = cute.make_tensor(ids_ptr, cute.make_layout(N))[i]
-            slot = cutlass.select_(row_id < 0, k, row_id)
-            rank = cute.make_tensor(rank_ptr, cute.make_layout(N))
-            rank[i] = cute.arch.atomic_add(count_ptr + slot, cutlass.Int32(1), sem="relaxed", scope="gpu")
+        rows = _group_rows(N)
+        ids = cute.make_tensor(ids_ptr, cute.make_layout(N))
+        rank = cute.make_tensor(rank_ptr, cute.make_layout(N))
+        # every load first, then every atomic (a row past N adds 0 to the last row's count), then the stores:
+        # no branch between them, so that all are in flight at once
+        slots = [_slot(ids, i, N, k) for i in rows]
+        ranks = [cute.arch.atomic_add(count_ptr + slot, cutlass.select_(i < N, cutlass.Int32(1), cutlass.Int32(0)),
+                                      sem="relaxed", scope="gpu") for i, slot in zip(rows, slots)]
+        for u in cutlass.range_constexpr(ROWS_PER_THREAD):
+            if rows[u] < N:
+                rank[rows[u]] = ranks[u]
 
 
 class ClusterPlaces:
@@ -179,23 +173,40 @@ class ClusterPlaces:
                  rank_ptr: cute.Pointer, sorted_ptr: cute.Pointer, order_ptr: cute.Pointer, N: cutlass.Int32,
                  k: cutlass.Int32, stream: cuda.CUstream):
         self.kernel(ids_ptr, count_ptr, end_ptr, rank_ptr, sorted_ptr, order_ptr, N, k).launch(
-            grid=((N + GROUP_THREADS - 1) // GROUP_THREADS, 1, 1), block=[GROUP_THREADS, 1, 1], stream=stream)
+            grid=((N + GROUP_ROWS - 1) // GROUP_ROWS, 1, 1), block=[GROUP_THREADS, 1, 1], stream=stream)
 
     @cute.kernel
     def kernel(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, end_ptr: cute.Pointer,
                rank_ptr: cute.Pointer, sorted_ptr: cute.Pointer, order_ptr: cute.Pointer, N: cutlass.Int32,
                k: cutlass.Int32):
-        tidx, _, _ = cute.arch.thread_idx()
-        block, _, _ = cute.arch.block_idx()
-        i = block * GROUP_THREADS + tidx
-        if i < N:
-            row_id = cute.make_tensor(ids_ptr, cute.make_layout(N))[i]
-            slot = cutlass.select_(row_id < 0, k, row_id)
-            clusters = cute.make_layout(k + 1)
-            pos = (cute.make_tensor(end_ptr, clusters)[slot] - cute.make_tensor(count_ptr, clusters)[slot]
-                   + cute.make_tensor(rank_ptr, cute.make_layout(N))[i])
-            cute.make_tensor(sorted_ptr, cute.make_layout(N))[pos] = slot
-            cute.make_tensor(order_ptr, cute.make_layout(N))[pos] = cutlass.Int64(i)
+        rows = _group_rows(N)
+        ids, rank = cute.make_tensor(ids_ptr, cute.make_layout(N)), cute.make_tensor(rank_ptr, cute.make_layout(N))
+        clusters = cute.make_layout(k + 1)
+        end, count = cute.make_tensor(end_ptr, clusters), cute.make_tensor(count_ptr, clusters)
+        sorted_ids = cute.make_tensor(sorted_ptr, cute.make_layout(N))
+        order = cute.make_tensor(order_ptr, cute.make_layout(N))
+        # every load before any store (past N a row stands for the last one: in bounds, never stored)
+        slots = [_slot(ids, i, N, k) for i in rows]
+        places = [end[slot] - count[slot] + rank[cutlass.min(i, N - 1)] for i, slot in zip(rows, slots)]
+        for u in cutlass.range_constexpr(ROWS_PER_THREAD):
+            if rows[u] < N:
+                sorted_ids[places[u]] = slots[u]
+                order[places[u]] = cutlass.Int64(rows[u])
+
+
+def _group_rows(N):
+    """This thread's rows in the grouping kernels (ROWS_PER_THREAD of them, GROUP_THREADS apart, so that a
+    warp's loads of each are contiguous) and the ids as a tensor; traced inside the kernels."""
+    tidx, _, _ = cute.arch.thread_idx()
+    block, _, _ = cute.arch.block_idx()
+    first = block * GROUP_ROWS + tidx
+    return [first + u * GROUP_THREADS for u in range(ROWS_PER_THREAD)]
+
+
+def _slot(ids, i, N, k):
+    """Row i's slot: its id, or k for an id < 0 (a point with no winner); past N, the last row's."""
+    row_id = ids[cutlass.min(i, N - 1)]
+    return cutlass.select_(row_id < 0, k, row_id)
 
 
 # ---- host side: compile (no GPU needed) and run --------------------------------------------------------
@@ -209,7 +220,7 @@ def check_shape(D: int, dtype: torch.dtype) -> None:
 
 def rows_per_group(N: int, D: int, sm_count: int) -> int:
     """Sorted rows per group: ROWS_PER_GROUP (long runs, few atomics), or fewer, in steps of UNROLL, where N
-    would otherwise leave SMs idle. At 1M x 128, 64; at 65536 x 128 on 132 SMs, 4 (1024 CTAs, not 64)."""
+    would otherwise leave SMs idle. At 1M x 128, 64; at 65536 x 128 on 132 SMs, 8 (512 CTAs, not 64)."""
     groups = max(1, THREADS // (D // VEC))
     fit = N // (groups * CTAS_PER_SM * sm_count)
     return max(UNROLL, min(ROWS_PER_GROUP, fit // UNROLL * UNROLL))

@@ -120,9 +120,11 @@ def test_grouping_kernels_compile_to_one_int32_atomic_per_row():
         ranks, places = lloyd_update.compile_grouping(arch)
         assert re.search(r"\batom\.\S*global\.add\.u32\b|\batom\.global\.\S*add\.(u|s)32\b", ranks.ptx)
         assert "atom" not in places.ptx and "red." not in places.ptx       # the places: plain loads and stores
-    ops = sass.histogram(lloyd_update.compile_grouping("sm_90a")[0].sass)
-    assert sum(n for op, n in ops.items() if op.startswith("ATOMG.E.ADD")) == 1
-    assert not any(op.startswith(("ATOMG.E.ADD.64", "REDG")) for op in ops)
+    ranks, places = (sass.histogram(a.sass) for a in lloyd_update.compile_grouping("sm_90a"))
+    # one 32-bit atomic per row, and a thread's rows' atomics with no branch between them (all in flight)
+    assert sum(n for op, n in ranks.items() if op.startswith("ATOMG.E.ADD")) == lloyd_update.ROWS_PER_THREAD
+    assert not any(op.startswith(("ATOMG.E.ADD.64", "REDG")) for op in ranks) and ranks["BSSY"] == 0
+    assert places["STG.E.64"] == lloyd_update.ROWS_PER_THREAD         # the rows' places in the order
     with pytest.raises(ValueError, match="sm_90a"):
         lloyd_update.compile_grouping("sm_80")
 

@@ -1,9 +1,8 @@
 """Probe: fit's per-iteration sums before and after two changes, in one run taking turns
 (`workbook.timing.compare`, both timings, ratios with bootstrap 95 % intervals):
   * the rows grouped by a counting sort (`lloyd_update.Grouping`) instead of `torch.sort(ids, stable=True)`;
-  * the sums kernel loading the next batch's ids and rows while the current batch's x rows load
-    (`lloyd_update.ClusterSums`) instead of after them (`OldClusterSums` below: the kernel as it was, copied
-    from the commit before the change).
+  * the sums kernel loading 8 rows per batch (`lloyd_update.ClusterSums`, 128 bytes in flight per thread at
+    76 registers) instead of 4 (`OldClusterSums` below: the kernel as it was at 1c2f0b9, 56 registers).
 Contenders per shape: the accumulate (zero, group, sum) for each of the four pairs; then the whole Lloyd
 iteration replayed from fit's graphs with the old pair and with the new one, and the assignment alone.
     python lloyd_update_ab_probe.py OUT_DIR [N,D,K ...]"""
@@ -14,12 +13,14 @@ import cuda.bindings.driver as cuda
 import pandas as pd
 import torch
 from kmeans_kernels import lloyd, lloyd_bench, lloyd_update as lu
-from kmeans_kernels.lloyd_update import UNROLL, VEC
+from kmeans_kernels.lloyd_update import VEC
+
+UNROLL = 4   # the old kernel's batch (the library's is now 8)
 from workbook import launch, records, timing
 
 
 class OldClusterSums(lu.ClusterSums):
-    """The sums kernel before the change: a batch's ids and rows loaded, then its x rows."""
+    """The sums kernel before the change: batches of 4 rows."""
 
     @cute.kernel
     def kernel(self, x_ptr: cute.Pointer, ids_ptr: cute.Pointer, order_ptr: cute.Pointer,
