@@ -36,6 +36,7 @@ import functools
 import cuda.bindings.driver as cuda
 import cutlass
 import cutlass.cute as cute
+import cutlass.memory
 import torch
 
 import kmeans_kernels
@@ -45,7 +46,7 @@ from workbook import launch, sass
 VEC = 8                # 16-bit elements per thread per row: one 16-byte load
 THREADS = 256          # per CTA, at most: whole row groups of D / VEC threads
 ROWS_PER_GROUP = 64    # sorted rows a group walks, at most: the grid's unit of work, whatever the cluster sizes
-UNROLL = 8             # rows a group loads before it adds them: 8 loads (128 bytes) in flight per thread
+UNROLL = 4             # rows a group loads before it adds them: 4 loads in flight per thread
 CTAS_PER_SM = 4        # fewer rows per group where N would give fewer CTAs than this per SM
 MAX_ROWS = 2**31 - 1 - (THREADS + 1) * ROWS_PER_GROUP   # row indices (and a grid's overshoot) in 32 bits
 D_LIMIT = THREADS * VEC
@@ -56,11 +57,13 @@ _DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
 # ---- the kernel -----------------------------------------------------------------------------------------
 
 class ClusterSums:
-    """One compiled kernel per (D, dtype); N, k, the chunk length and the scale are runtime values."""
+    """One compiled kernel per (D, dtype); N, k, the chunk length and the scale are runtime values. `unroll`:
+    the rows a group loads before it adds them (UNROLL; another value only for probes)."""
 
-    def __init__(self, D: int, dtype):
+    def __init__(self, D: int, dtype, unroll: int = UNROLL):
         self.D = D
         self.dtype = dtype
+        self.unroll = unroll
         self.lanes = D // VEC                     # threads per row
         self.groups = max(1, THREADS // self.lanes)  # row groups per CTA
 
@@ -89,21 +92,21 @@ class ClusterSums:
         run = cutlass.Int32(0)
         if start < N:
             run_id = ids[start]
-        for i in cutlass.range(start, end, UNROLL, unroll=1):
+        for i in cutlass.range(start, end, self.unroll, unroll=1):
             # every load of the batch first (past `end`, the last row again: in bounds, and never added) ...
-            batch_ids = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int32)
-            batch_rows = cute.make_rmem_tensor(cute.make_layout(UNROLL), cutlass.Int64)
-            for u in cutlass.range_constexpr(UNROLL):
+            batch_ids = cute.make_rmem_tensor(cute.make_layout(self.unroll), cutlass.Int32)
+            batch_rows = cute.make_rmem_tensor(cute.make_layout(self.unroll), cutlass.Int64)
+            for u in cutlass.range_constexpr(self.unroll):
                 j = cutlass.min(i + u, end - 1)
                 batch_ids[u] = ids[j]
                 batch_rows[u] = order[j]
             values = []
-            for u in cutlass.range_constexpr(UNROLL):
+            for u in cutlass.range_constexpr(self.unroll):
                 # D is a multiple of VEC, so every thread's 8 elements start on a 16-byte boundary
                 offset = cute.assume(batch_rows[u] * self.D + lane * VEC, divby=VEC)
                 values.append(cute.make_tensor(x_ptr + offset, cute.make_layout(VEC)).load())
             # ... then add them, flushing a run where the id changes
-            for u in cutlass.range_constexpr(UNROLL):
+            for u in cutlass.range_constexpr(self.unroll):
                 if i + u < end:
                     if batch_ids[u] != run_id:
                         self._flush(sums_ptr, counts_ptr, acc, run_id, run, k, lane)
@@ -135,6 +138,10 @@ class ClusterSums:
 GROUP_THREADS = 256    # per CTA of the two grouping kernels
 ROWS_PER_THREAD = 4    # rows per thread there: four independent chains of loads in flight
 GROUP_ROWS = GROUP_THREADS * ROWS_PER_THREAD
+SHARED_BINS = 32768    # clusters (k + 1) up to which the ranks are counted in shared memory first (128 KiB)
+SHARED_THREADS = 1024
+SHARED_ROWS_PER_THREAD = 16
+SHARED_ROWS = SHARED_THREADS * SHARED_ROWS_PER_THREAD   # rows per CTA of ClusterRanksShared
 
 
 class ClusterRanks:
@@ -161,6 +168,46 @@ class ClusterRanks:
         for u in cutlass.range_constexpr(ROWS_PER_THREAD):
             if rows[u] < N:
                 rank[rows[u]] = ranks[u]
+
+
+class ClusterRanksShared:
+    """ClusterRanks for k + 1 <= SHARED_BINS, with fewer global atomics: a CTA counts its SHARED_ROWS rows in
+    a shared-memory histogram (a row's rank among the CTA's rows of its cluster from a shared atomic), then
+    adds each non-empty bin to count with one global atomic, whose old value is the CTA's base in that cluster;
+    rank = base + the rank in the CTA. At 1M rows and k = 4096: about 4K global atomics per CTA of 16K rows,
+    a quarter as many as rows, on addresses each hit by 64 CTAs instead of by 256 rows."""
+
+    @cute.jit
+    def __call__(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, rank_ptr: cute.Pointer, N: cutlass.Int32,
+                 k: cutlass.Int32, stream: cuda.CUstream):
+        self.kernel(ids_ptr, count_ptr, rank_ptr, N, k).launch(
+            grid=((N + SHARED_ROWS - 1) // SHARED_ROWS, 1, 1), block=[SHARED_THREADS, 1, 1],
+            smem=SHARED_BINS * 4, stream=stream)
+
+    @cute.kernel
+    def kernel(self, ids_ptr: cute.Pointer, count_ptr: cute.Pointer, rank_ptr: cute.Pointer, N: cutlass.Int32,
+               k: cutlass.Int32):
+        tidx, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        hist = cutlass.memory.SmemAllocator().allocate_tensor(cutlass.Int32, cute.make_layout(SHARED_BINS), 16)
+        for b in cutlass.range(tidx, k + 1, SHARED_THREADS, unroll=1):
+            hist[b] = cutlass.Int32(0)
+        cute.arch.sync_threads()
+        ids = cute.make_tensor(ids_ptr, cute.make_layout(N))
+        rows = [block * SHARED_ROWS + tidx + u * SHARED_THREADS for u in range(SHARED_ROWS_PER_THREAD)]
+        slots = [_slot(ids, i, N, k) for i in rows]
+        local = [cute.arch.atomic_add(hist.iterator + slot, cutlass.select_(i < N, cutlass.Int32(1), cutlass.Int32(0)),
+                                      sem="relaxed", scope="cta") for i, slot in zip(rows, slots)]
+        cute.arch.sync_threads()
+        for b in cutlass.range(tidx, k + 1, SHARED_THREADS, unroll=1):
+            n = hist[b]
+            if n > 0:
+                hist[b] = cute.arch.atomic_add(count_ptr + b, n, sem="relaxed", scope="gpu")
+        cute.arch.sync_threads()
+        rank = cute.make_tensor(rank_ptr, cute.make_layout(N))
+        for u in cutlass.range_constexpr(SHARED_ROWS_PER_THREAD):
+            if rows[u] < N:
+                rank[rows[u]] = hist[slots[u]] + local[u]
 
 
 class ClusterPlaces:
@@ -220,7 +267,7 @@ def check_shape(D: int, dtype: torch.dtype) -> None:
 
 def rows_per_group(N: int, D: int, sm_count: int) -> int:
     """Sorted rows per group: ROWS_PER_GROUP (long runs, few atomics), or fewer, in steps of UNROLL, where N
-    would otherwise leave SMs idle. At 1M x 128, 64; at 65536 x 128 on 132 SMs, 8 (512 CTAs, not 64)."""
+    would otherwise leave SMs idle. At 1M x 128, 64; at 65536 x 128 on 132 SMs, 4 (1024 CTAs, not 64)."""
     groups = max(1, THREADS // (D // VEC))
     fit = N // (groups * CTAS_PER_SM * sm_count)
     return max(UNROLL, min(ROWS_PER_GROUP, fit // UNROLL * UNROLL))
@@ -320,20 +367,26 @@ def _grouping_placeholders():
     return _grouping_args(0, 0, 0, 0, 0, 0, 0, 0, make_fake_stream())
 
 
-def compile_grouping(arch: str = "sm_90a") -> tuple[sass.Artifacts, sass.Artifacts]:
-    """Compile ClusterRanks and ClusterPlaces for `arch` with no GPU -> their workbook.sass.Artifacts."""
+def _ranks_kernel(k: int):
+    """The ranks kernel for k clusters: counted in shared memory first where the k + 1 bins fit there."""
+    return ClusterRanksShared() if k + 1 <= SHARED_BINS else ClusterRanks()
+
+
+def compile_grouping(arch: str = "sm_90a", k: int = 4096) -> tuple[sass.Artifacts, sass.Artifacts]:
+    """Compile the ranks kernel for k and ClusterPlaces for `arch` with no GPU -> their workbook.sass.Artifacts."""
     if arch not in ARCHS:
         raise ValueError(f"the grouping kernels are built for {ARCHS}; got {arch!r}")
     ranks, places = _grouping_placeholders()
-    return (sass.compile_for(ClusterRanks(), *ranks, arch=arch),
+    return (sass.compile_for(_ranks_kernel(k), *ranks, arch=arch),
             sass.compile_for(ClusterPlaces(), *places, arch=arch))
 
 
 @functools.lru_cache(maxsize=None)
-def _grouping_launches(arch: str, device: int) -> tuple[launch.LaunchCache, launch.LaunchCache]:
+def _grouping_launches(arch: str, device: int, shared: bool) -> tuple[launch.LaunchCache, launch.LaunchCache]:
     ranks, places = _grouping_placeholders()
     with launch.on_device(device):
-        compiled = (cute.compile(ClusterRanks(), *ranks, options=f"--gpu-arch {arch}"),
+        compiled = (cute.compile(ClusterRanksShared() if shared else ClusterRanks(), *ranks,
+                                 options=f"--gpu-arch {arch}"),
                     cute.compile(ClusterPlaces(), *places, options=f"--gpu-arch {arch}"))
     return (launch.LaunchCache(compiled[0], device=device, pointers=3),    # ids, count, rank
             launch.LaunchCache(compiled[1], device=device, pointers=6))    # ids, count, end, rank, sorted, order
@@ -349,7 +402,7 @@ class Grouping:
     permutation of 0..N-1: what `torch.sort(ids)` gives `cluster_sums`, except that the rows of one cluster
     come in the order their atomics landed (run to run they may differ; the integer sums do not) and that
     ids < 0 sort last, as k. A counting sort: zero the counts, a rank per row from one int32 atomic
-    (ClusterRanks), the counts' prefix sums (`torch.cumsum`), each row to its place (ClusterPlaces); four
+    (ClusterRanksShared, or ClusterRanks where k + 1 > SHARED_BINS), the counts' prefix sums (`torch.cumsum`), each row to its place (ClusterPlaces); four
     launches where the sort of 1M int32 keys took seven and several passes over keys and values."""
 
     def __init__(self, N: int, k: int, device: torch.device):
@@ -362,13 +415,14 @@ class Grouping:
         self.rank = torch.empty(N, **i32)
         self.sorted_ids = torch.empty(N, **i32)
         self.order = torch.empty(N, dtype=torch.int64, device=device)
+        self.shared = k + 1 <= SHARED_BINS    # the ranks counted in shared memory first (ClusterRanksShared)
 
     def __call__(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if (not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.device != self.device
                 or tuple(ids.shape) != (self.N,) or not ids.is_contiguous()):
             raise ValueError(f"ids must be a contiguous int32 tensor of shape ({self.N},) on {self.device}")
         device = self.device.index
-        ranks, places = _grouping_launches(kmeans_kernels.arch_of(self.device), device)
+        ranks, places = _grouping_launches(kmeans_kernels.arch_of(self.device), device, self.shared)
         values = (ids.data_ptr(), self.count.data_ptr(), self.end.data_ptr(), self.rank.data_ptr(),
                   self.sorted_ids.data_ptr(), self.order.data_ptr(), self.N, self.k)
         stream = launch.stream_handle(device)

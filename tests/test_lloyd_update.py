@@ -114,19 +114,22 @@ def test_kernel_rejects_what_it_cannot_take():
 
 
 def test_grouping_kernels_compile_to_one_int32_atomic_per_row():
-    from kmeans_kernels import lloyd_update
+    from kmeans_kernels import lloyd_update as lu
     from workbook import sass
-    for arch in lloyd_update.ARCHS:
-        ranks, places = lloyd_update.compile_grouping(arch)
+    for arch in lu.ARCHS:
+        ranks, places = lu.compile_grouping(arch)
         assert re.search(r"\batom\.\S*global\.add\.u32\b|\batom\.global\.\S*add\.(u|s)32\b", ranks.ptx)
         assert "atom" not in places.ptx and "red." not in places.ptx       # the places: plain loads and stores
-    ranks, places = (sass.histogram(a.sass) for a in lloyd_update.compile_grouping("sm_90a"))
-    # one 32-bit atomic per row, and a thread's rows' atomics with no branch between them (all in flight)
-    assert sum(n for op, n in ranks.items() if op.startswith("ATOMG.E.ADD")) == lloyd_update.ROWS_PER_THREAD
-    assert not any(op.startswith(("ATOMG.E.ADD.64", "REDG")) for op in ranks) and ranks["BSSY"] == 0
-    assert places["STG.E.64"] == lloyd_update.ROWS_PER_THREAD         # the rows' places in the order
+    # up to SHARED_BINS clusters: one shared atomic per row, one global atomic per non-empty bin (in a loop)
+    shared = sass.histogram(lu.compile_grouping("sm_90a", k=lu.SHARED_BINS - 1)[0].sass)
+    assert shared["ATOMS.ADD"] == lu.SHARED_ROWS_PER_THREAD and shared["ATOMG.E.ADD.STRONG.GPU"] == 1
+    # past them: one global atomic per row, a thread's rows' atomics with no branch between them (all in flight)
+    ranks, places = (sass.histogram(a.sass) for a in lu.compile_grouping("sm_90a", k=lu.SHARED_BINS))
+    assert sum(n for op, n in ranks.items() if op.startswith("ATOMG.E.ADD")) == lu.ROWS_PER_THREAD
+    assert not any(op.startswith(("ATOMG.E.ADD.64", "REDG", "ATOMS")) for op in ranks) and ranks["BSSY"] == 0
+    assert places["STG.E.64"] == lu.ROWS_PER_THREAD         # the rows' places in the order
     with pytest.raises(ValueError, match="sm_90a"):
-        lloyd_update.compile_grouping("sm_80")
+        lu.compile_grouping("sm_80")
 
 
 def test_grouping_refuses_what_it_cannot_take():
@@ -222,15 +225,19 @@ def test_cluster_sums_at_a_million_rows():
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("N,k,crowd", [(1, 1, None), (255, 3, None), (257, 40, 0.5), (70000 + 3, 300, None),
-                                       ((1 << 20) + 37, 4096, 0.3)])
+                                       ((1 << 20) + 37, 4096, 0.3), (16384 * 3 + 1, 32767, None),
+                                       (200003, 40000, 0.2)])
 def test_grouping_places_every_row_once_beside_its_cluster(N, k, crowd):
     """Fresh ids in [-1, k) (cluster 1 empty, a crowd in cluster 0), poisoned buffers, the same buffers called
     again with new ids (the launch caches' graph replays after a few calls): sorted_ids is the sorted slots,
-    order a permutation that takes each row to a place in its cluster's run, count the cluster sizes."""
+    order a permutation that takes each row to a place in its cluster's run, count the cluster sizes. Both
+    ranks kernels: k + 1 up to SHARED_BINS (the last of them exactly) and past it, and the global one below it."""
     from kmeans_kernels import lloyd_update
     group = lloyd_update.Grouping(N, k, torch.device("cuda", 0))
+    assert group.shared == (k + 1 <= lloyd_update.SHARED_BINS)
     ids = torch.empty(N, dtype=torch.int32, device="cuda")
     for call in range(10):
+        group.shared = group.shared and call < 6       # the last calls through ClusterRanks
         ids.copy_(_case(N, 8, k, torch.bfloat16, seed=1000 * call + N, crowd=crowd)[1])
         group.sorted_ids.fill_(-5)
         group.order.fill_(N + 9)

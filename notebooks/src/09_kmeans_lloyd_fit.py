@@ -58,9 +58,9 @@ print(gpus.describe())
 #   `s` chosen from the largest `|x|` and `N` so that no sum of `N` of them can overflow (62 − ⌈log₂ N⌉ bits below the
 #   largest magnitude: 42 at `N = 1M`). Integer addition is associative: whatever the order, the same bits.
 # * **The cost of it**, done naively: an int64 copy of `x` (8 bytes per coordinate, four times a bf16 `x`) read every
-#   iteration, and one 64-bit atomic per coordinate (128 M at 1M × 128). On the GPU, `fit` instead sorts the ids and
-#   runs a small kernel (`kmeans_kernels.lloyd_update`) that walks the points in cluster order, reads each bf16 row
-#   through the sort's permutation, converts it to the integers in registers and adds a whole run of one cluster
+#   iteration, and one 64-bit atomic per coordinate (128 M at 1M × 128). On the GPU, `fit` instead groups the rows by id
+#   (a counting sort: a rank per row, the counts' prefix sums, each row to its place) and runs a small kernel
+#   (`kmeans_kernels.lloyd_update`) that walks the points in cluster order, reads each bf16 row through that order, converts it to the integers in registers and adds a whole run of one cluster
 #   before one atomic per coordinate: `x` read once in 16 bits, about 50× fewer atomics, the same integers. The mean
 #   is formed in float64 and rounded once to fp32, the same operations on a CPU and a GPU.
 #
@@ -77,7 +77,7 @@ print(f"int64 sum, two orders: {q.sum().item()}  {q[perm].cumsum(0)[-1].item()} 
 
 # %% [markdown]
 # `fit` applies exactly this, per cluster: on the CPU with `index_add_` into an int64 buffer, on the GPU with the
-# sort and the sums kernel (the same integers, bit for bit: `tests/test_lloyd_update.py`). The other rules of the loop:
+# grouping and the sums kernel (the same integers, bit for bit: `tests/test_lloyd_update.py`). The other rules of the loop:
 #
 # * **Empty clusters keep their centroid.** A cluster that gets no points has no mean; `fit` leaves its centroid
 #   where it was (deterministic, the same on every rank, and the objective does not rise). scikit-learn instead moves
@@ -100,7 +100,7 @@ print(inspect.getsource(fitmod._Lloyd.update))
 
 # %% [markdown]
 # What changed from the loop a user writes in plain torch (`kmeans_kernels.lloyd_bench.torch_loop`): the float sums
-# become integer sums (on the GPU the sort and the sums kernel, on the CPU `index_add_` of the fixed-point copy), and
+# become integer sums (on the GPU the grouping and the sums kernel, on the CPU `index_add_` of the fixed-point copy), and
 # the division happens in float64:
 
 # %%
@@ -111,7 +111,7 @@ def lines_with(fn, *keys):
 
 
 plain = lines_with(lloyd_bench.torch_loop, "index_add_", "bincount", "torch.where((counts")
-ours = lines_with(fitmod._Lloyd.accumulate, "torch.sort(ids", "self.cluster_sums(", "self.sums.index_add_",
+ours = lines_with(fitmod._Lloyd.accumulate, "self.grouping(ids)", "self.cluster_sums(", "self.sums.index_add_",
                   "self.ones") + lines_with(fitmod._Lloyd.update, "mean =", "torch.where")
 print("\n".join(difflib.unified_diff(plain, ours, "plain torch loop (fp32 atomics)", "kmeans_kernels.fit (int64)",
                                      lineterm="", n=0)))
@@ -260,8 +260,8 @@ else:
 #   rule, the inertia per iteration, and an answer that does not depend on the run or on the number of processes,
 #   because the cluster sums are exact integers.
 # * Determinism need not cost much. Done with an int64 copy of `x` and one atomic per coordinate, the update takes
-#   about half an assignment (the `lloyd_index_add/assign` column, the same run); sorting the ids and summing runs
-#   of one cluster in registers, from the bf16 points, brings it to the `lloyd/assign` column: the issue's 15 % over
+#   about half an assignment (the `lloyd_index_add/assign` column, the same run); grouping the rows by id and summing
+#   runs of one cluster in registers, from the bf16 points, brings it to the `lloyd/assign` column: the issue's 15 % over
 #   the kernel is that column at 1M × 128 × 4096, printed above from the data file.
 # * Ranking by bf16 centroids costs exactness against a float64 k-means on points near a boundary (a point or two of
 #   the 1797 digits); on well-separated data the answers are the same.

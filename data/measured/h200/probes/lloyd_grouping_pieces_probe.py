@@ -1,4 +1,5 @@
-"""Probe: the grouping's pieces (`lloyd_update.Grouping`: zero the counts, ClusterRanks, cumsum, ClusterPlaces, in that order)
+"""Probe: the grouping's pieces (`lloyd_update.Grouping`: zero the counts, the ranks kernel (ClusterRanksShared, and
+ClusterRanks with global atomics only), cumsum, ClusterPlaces, in that order)
 and the sums kernel on the grouping's order and on torch.sort's, each alone, 20 calls back to back between two
 CUDA events, median of 7 rounds, us per call; ids of K distinct rows of x as the first centroids (fit's bench).
     python lloyd_grouping_pieces_probe.py OUT_DIR [N,D,K ...]"""
@@ -17,7 +18,8 @@ for N, D, K in shapes:
     state = lloyd._Lloyd(x, K, "auto", lloyd._Shards(None, N))
     ids = state.assign(c0, torch.empty_like(state.ids))
     g = state.grouping
-    ranks, places = lu._grouping_launches("sm_90a", 0)
+    ranks, places = lu._grouping_launches("sm_90a", 0, g.shared)
+    global_ranks, _ = lu._grouping_launches("sm_90a", 0, False)
     values = (ids.data_ptr(), g.count.data_ptr(), g.end.data_ptr(), g.rank.data_ptr(), g.sorted_ids.data_ptr(),
               g.order.data_ptr(), N, K)
     stream = launch.stream_handle(0)
@@ -28,7 +30,10 @@ for N, D, K in shapes:
     pieces = {
         "zero counts": lambda: g.count.zero_(),
         # with the counts zeroed each time, so that the ranks, counts and ends stay consistent for what follows
-        "zero counts + ranks (atomics)": lambda: (g.count.zero_(), ranks(
+        "zero counts + ranks (shared)": lambda: (g.count.zero_(), ranks(
+            (values[0], values[1], values[3], N, K), lambda st: lu._grouping_args(*values, cuda.CUstream(st))[0],
+            stream)),
+        "zero counts + ranks (global atomics only)": lambda: (g.count.zero_(), global_ranks(
             (values[0], values[1], values[3], N, K), lambda st: lu._grouping_args(*values, cuda.CUstream(st))[0],
             stream)),
         "cumsum": lambda: torch.cumsum(g.count, 0, out=g.end),
