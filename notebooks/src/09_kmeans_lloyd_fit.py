@@ -238,6 +238,46 @@ else:
     display(lloyd_bench.goals(table))
 
 # %% [markdown]
+# ### What grouping the rows bought
+#
+# The sums kernel needs the rows of a cluster side by side, not sorted within the cluster. `torch.sort(ids)` (seven
+# launches, several passes over 1M keys and values) does more than that; a **counting sort** does just that
+# (`lloyd_update.Grouping`): each row takes its rank in its cluster from an atomic add on the cluster's count, the
+# counts' prefix sums give each cluster's start, and each row goes to start + rank. The order within a cluster is
+# whatever order the atomics landed in, which the integer sums cannot see. One atomic per row on 4096 addresses
+# makes 256 rows wait on each address at 1M rows, so the ranks are first counted in a **shared-memory histogram** per
+# CTA and each non-empty bin goes to the global count once. The A/B, one run taking turns (the accumulate is
+# zero + group + sums; the iteration is `fit`'s whole graph-replayed iteration):
+
+# %%
+AB_FILE = ROOT / "data/measured/h200/probes/lloyd_update_ab_7343d2f.csv"
+ab = pd.read_csv(AB_FILE)
+ab = ab[ab.vs.isin(["torch.sort", "iteration old"]) & (ab.contender != "torch.sort")]
+ab["contender"] = ab.contender.replace({"grouping": "grouping, shared ranks (fit's)",
+                                        "iteration new": "iteration, grouping (fit's)",
+                                        "iteration global ranks": "iteration, global ranks"})
+display(ab.pivot_table(index=["N", "D", "K", "part", "contender"], columns="timing", values=["ms", "ratio", "lo", "hi"])
+        .round(3))
+acc = ab[(ab.part == "accumulate") & (ab.timing == "kernel")]
+fig, ax = plt.subplots(figsize=(7, 2.8))
+for i, (shape, g) in enumerate(acc.groupby(["N", "D", "K"], sort=False)):
+    labels = [f"{shape[0]}×{shape[1]}×{shape[2]}: {c}" for c in g.contender]
+    ax.barh(labels, g.ratio, xerr=[g.ratio - g.lo, g.hi - g.ratio], color=f"C{i}")
+ax.axvline(1.0, color="gray", ls="--")
+ax.set_xlabel("accumulate time / torch.sort's, back to back (95 % interval)")
+ax.set_title(f"the grouping against torch.sort, H200 ({AB_FILE.relative_to(ROOT)}, commit {ab.commit.iloc[0]})",
+             fontsize=8)
+fig.tight_layout()
+
+# %% [markdown]
+# With one global atomic per row the grouping only matches the sort at 1M rows (the atomics queue on each cluster's
+# count); counted in shared memory first, the accumulate takes about four fifths of the sort's time there and three
+# fifths at 65536 × 64 × 512. The whole iteration moves less (about 3 % at 1M × 128 × 4096) because the assignment
+# is most of it; at the small shape, where the update is most of it, about 20 %. The third contender, the sums
+# kernel with 8 rows in flight instead of 4, is 1 % slower at 1M rows and 4 % faster at the small shape: not a clear
+# win, so the library keeps 4.
+
+# %% [markdown]
 # Two H200s (issue 20): `torchrun --nproc_per_node=2 -m kmeans_kernels.lloyd_distributed --n 2000000,8000000` times each
 # iteration on two GPUs and on one, and checks that the answers are equal. From its data file, if recorded:
 
@@ -263,5 +303,9 @@ else:
 #   about half an assignment (the `lloyd_index_add/assign` column, the same run); grouping the rows by id and summing
 #   runs of one cluster in registers, from the bf16 points, brings it to the `lloyd/assign` column: the issue's 15 % over
 #   the kernel is that column at 1M × 128 × 4096, printed above from the data file.
+# * A counting sort in place of `torch.sort` paid only once its atomics stopped queueing (a shared-memory histogram
+#   per CTA first): a step that is right in principle can be level in practice until its contention is removed.
+#   At the small shapes the update, not the assignment, still sets the pace (the iteration is several assignments
+#   long at K = 512): that is where an update fused into fewer launches would pay next.
 # * Ranking by bf16 centroids costs exactness against a float64 k-means on points near a boundary (a point or two of
 #   the 1797 digits); on well-separated data the answers are the same.
