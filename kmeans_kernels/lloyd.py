@@ -344,9 +344,11 @@ def fixed_point(x: torch.Tensor, s: int) -> torch.Tensor:
 def fixed_point_total(x: torch.Tensor, s: int) -> torch.Tensor:
     """fixed_point(x, s).sum(0), int64 [D], chunk by chunk: the same integer without an N x D int64 copy."""
     total = torch.zeros(x.shape[1], dtype=torch.int64, device=x.device)
+    f1, f2 = scale_factors(s)
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
     for r0 in range(0, x.shape[0], step):
-        total += fixed_point(x[r0:r0 + step], s).sum(0)
+        # fixed_point's products, truncated to int64 inside the sum (its cast), without the int64 copy
+        total += x[r0:r0 + step].float().mul_(f1).mul_(f2).sum(0, dtype=torch.int64)
     return total
 
 
@@ -436,7 +438,7 @@ class _Lloyd:
         spread = torch.zeros((), dtype=torch.float64, device=x.device)
         step = max(1, _CHUNK_ELEMENTS // D)
         for r0 in range(0, x.shape[0], step):
-            spread += (x[r0:r0 + step].double() - self.mean).square().sum()
+            spread += (x[r0:r0 + step] - self.mean).square_().sum()   # bf16 - float64: float64, in one pass
         self.spread = shards.all_reduce(spread.reshape(1))[0]  # sum ||x - mean||^2 over all points
         self.variance = self.spread / (N * D)                   # mean per-feature variance, as scikit-learn's tol
         self.ids = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
