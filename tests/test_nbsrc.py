@@ -48,3 +48,36 @@ def test_regenerating_an_unchanged_script_gives_the_same_file(tmp_path):
     assert nbsrc.target(script).read_bytes() == first
     nb = nbformat.reads(first.decode(), as_version=4)
     assert nb.metadata["kernelspec"]["name"] == "python3" and "jupytext" not in nb.metadata
+
+
+def test_keep_outputs_keeps_them_up_to_the_first_changed_code_cell(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    script = src / "99_demo.py"
+    script.write_text("# %% [markdown]\n# # Demo\n# %%\nx = 1\n# %%\nprint(x)\n# %%\nprint(2)\n", encoding="utf-8")
+    assert nbsrc.main([str(script)]) == 0
+    nb = nbformat.read(nbsrc.target(script), as_version=4)
+    for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
+        cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text=f"out {n}\n")]
+        cell.execution_count = n + 1
+        cell.metadata["execution"] = {"shell.execute_reply": f"t{n}"}
+    nb.metadata["language_info"] = {"name": "python", "version": "3.12.3"}   # as the executing kernel says
+    nbformat.write(nb, nbsrc.target(script))
+    # prose changed, and a markdown cell added: every output stays
+    script.write_text("# %% [markdown]\n# # Demo, retitled\n# %%\nx = 1\n# %% [markdown]\n# new prose\n# %%\nprint(x)\n"
+                      "# %%\nprint(2)\n", encoding="utf-8")
+    assert nbsrc.main([str(script), "--keep-outputs"]) == 0
+    code = [c for c in nbformat.read(nbsrc.target(script), as_version=4).cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == [1, 2, 3] and code[2].outputs[0].text == "out 2\n"
+    assert code[1].metadata["execution"] == {"shell.execute_reply": "t1"}
+    assert nbformat.read(nbsrc.target(script), as_version=4).metadata["language_info"]["version"] == "3.12.3"
+    # the second code cell changed: it and every later cell lose their outputs, the first keeps its own
+    script.write_text(script.read_text(encoding="utf-8").replace("print(x)", "print(x + 1)"), encoding="utf-8")
+    assert nbsrc.main([str(script), "--keep-outputs"]) == 0
+    code = [c for c in nbformat.read(nbsrc.target(script), as_version=4).cells if c.cell_type == "code"]
+    assert [c.execution_count for c in code] == [1, None, None]
+    assert code[0].outputs and not code[1].outputs and not code[2].outputs and "execution" not in code[2].metadata
+    # without the flag, no outputs at all (a fresh notebook to execute)
+    assert nbsrc.main([str(script)]) == 0
+    code = [c for c in nbformat.read(nbsrc.target(script), as_version=4).cells if c.cell_type == "code"]
+    assert not any(c.outputs for c in code)

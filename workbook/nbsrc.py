@@ -3,6 +3,7 @@ reviewed as code.
 
     python -m workbook.nbsrc notebooks/src/00_setup_and_hardware.py    # -> notebooks/00_setup_and_hardware.ipynb
     python -m workbook.report --inplace 00                             # then execute it, outputs saved
+    python -m workbook.nbsrc --keep-outputs notebooks/src/09_*.py      # prose edits: the executed outputs stay
 
 The script is split into cells at marker lines (https://jupytext.readthedocs.io, "The percent format"):
 
@@ -58,6 +59,25 @@ def notebook(script: Path) -> nbformat.NotebookNode:
     return nb
 
 
+def keep_outputs(new: nbformat.NotebookNode, old: nbformat.NotebookNode) -> tuple[int, int]:
+    """Give `new`'s code cells the outputs, execution counts and timings of `old`'s, position by position among
+    the code cells, up to the first code cell whose source differs: a later cell ran after different code, so
+    its outputs are not its own. Markdown may differ anywhere. -> (code cells that kept outputs, code cells)."""
+    new_code = [c for c in new.cells if c.cell_type == "code"]
+    old_code = [c for c in old.cells if c.cell_type == "code"]
+    kept = 0
+    for fresh, done in zip(new_code, old_code):
+        if fresh.source != done.source:
+            break
+        fresh.outputs, fresh.execution_count = done.outputs, done.execution_count
+        if "execution" in done.metadata:
+            fresh.metadata["execution"] = done.metadata["execution"]
+        kept += 1
+    if kept and "language_info" in old.metadata:   # what the executing kernel reported
+        new.metadata["language_info"] = old.metadata["language_info"]
+    return kept, len(new_code)
+
+
 def target(script: Path) -> Path:
     """notebooks/src/NN_name.py -> notebooks/NN_name.ipynb."""
     script = Path(script)
@@ -67,6 +87,8 @@ def target(script: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("scripts", nargs="+", type=Path, help="notebooks/src/NN_name.py files")
+    ap.add_argument("--keep-outputs", action="store_true",
+                    help="keep the committed outputs of the code cells before the first one whose code changed")
     args = ap.parse_args(argv)
     for script in args.scripts:
         if not script.is_file():
@@ -74,12 +96,19 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         path = target(script)
         nb = notebook(script)
+        kept, code = keep_outputs(nb, nbformat.read(path, as_version=4)) if args.keep_outputs and path.exists() else (0, 0)
         nbformat.write(nb, path)
         try:
             shown = path.relative_to(ROOT)
         except ValueError:
             shown = path
-        print(f"wrote {shown} ({len(nb.cells)} cells, no outputs yet)")
+        if not kept:
+            state = "no outputs yet"
+        elif kept == code:
+            state = "every code cell's outputs kept"
+        else:
+            state = f"the outputs of the first {kept} of {code} code cells kept; execute it for the rest"
+        print(f"wrote {shown} ({len(nb.cells)} cells, {state})")
     return 0
 
 
