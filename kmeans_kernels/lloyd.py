@@ -48,7 +48,9 @@ points. Here:
   iteration body once into a CUDA graph (two: the centroid and id buffers alternate) and replays it, one
   driver call per iteration (`_GraphLoop`); every value it produces goes into fixed buffers, read by the host
   once per iteration with a tol and only at the end with tol=None. The eager loop (the CPU, a process group, or
-  a capture that fails, with a warning) runs the same operations on the same inputs: the same bits.
+  a capture that fails, with a warning) runs the same operations on the same inputs: the same bits. `_KeptLoops`
+  can keep a loop, graphs and all, for the next fit on the same x (its state measured anew from x's values);
+  it keeps none yet (`_KEPT`'s limit is 0) until it has been run and measured on a GPU.
 * **Inertia** (sum of squared distances, float64) is computed per iteration from the cluster sums and counts,
   O(K D) instead of a pass over x, around the data mean to avoid cancellation: entry i is the objective of
   iteration i's assignment to the fp32 centroids it started from; `inertia[-1]` is that of the returned
@@ -71,6 +73,7 @@ import contextlib
 import math
 import time
 import warnings
+import weakref
 from dataclasses import dataclass
 
 import torch
@@ -419,8 +422,8 @@ class _Lloyd:
         self.update_method = update or (_CUDA_UPDATE if x.is_cuda else "index_add")
         if self.update_method not in UPDATES or (self.update_method == "sorted" and not x.is_cuda):
             raise ValueError(f"update {self.update_method!r}: choose from {UPDATES} ('sorted' on CUDA only)")
-        self.s = _scale_exponent(x, shards)
-        self.unit = math.ldexp(1.0, -self.s)  # the value of one fixed-point step
+        self.s = None
+        self.measure()
         if self.update_method == "sorted":
             from kmeans_kernels import lloyd_update   # CuTe DSL: imported with the CUDA path only
             self.cluster_sums = lloyd_update.cluster_sums
@@ -433,18 +436,37 @@ class _Lloyd:
         self.acc = torch.zeros((k + 1) * D + k + 2, dtype=torch.int64, device=x.device)
         self.sums = self.acc[:(k + 1) * D].view(k + 1, D)
         self.counts = self.acc[(k + 1) * D:]
-        total = shards.all_reduce(fixed_point_total(x, self.s))
-        self.mean = (total.double() * self.unit) / N
-        spread = torch.zeros((), dtype=torch.float64, device=x.device)
-        step = max(1, _CHUNK_ELEMENTS // D)
-        for r0 in range(0, x.shape[0], step):
-            spread += (x[r0:r0 + step] - self.mean).square_().sum()   # bf16 - float64: float64, in one pass
-        self.spread = shards.all_reduce(spread.reshape(1))[0]  # sum ||x - mean||^2 over all points
-        self.variance = self.spread / (N * D)                   # mean per-feature variance, as scikit-learn's tol
         self.ids = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
         self.c_low = torch.empty(k, D, dtype=x.dtype, device=x.device)
         self.c_sq = torch.empty(k, dtype=torch.float32, device=x.device)
         self.unassigned = torch.zeros((), dtype=torch.int64, device=x.device)
+
+    def measure(self) -> bool:
+        """x's fixed-point scale s, its mean and its spread (sum ||x - mean||^2 over all points), from x's values
+        now. A state that has them already (a kept loop, whose graphs read these tensors and hold the scale)
+        gets the new values written into the same tensors, and only if the scale is the same: else False, and
+        nothing changes."""
+        x, shards = self.x, self.shards
+        N, D = shards.total, x.shape[1]
+        s = _scale_exponent(x, shards)
+        if self.s is not None and s != self.s:
+            return False
+        unit = math.ldexp(1.0, -s)   # the value of one fixed-point step
+        mean = (shards.all_reduce(fixed_point_total(x, s)).double() * unit) / N
+        spread = torch.zeros((), dtype=torch.float64, device=x.device)
+        step = max(1, _CHUNK_ELEMENTS // D)
+        for r0 in range(0, x.shape[0], step):
+            spread += (x[r0:r0 + step] - mean).square_().sum()   # bf16 - float64: float64, in one pass
+        spread = shards.all_reduce(spread.reshape(1))[0]
+        if self.s is None:
+            self.s, self.unit, self.mean, self.spread = s, unit, mean, spread
+        else:
+            self.mean.copy_(mean)
+            self.spread.copy_(spread)
+            if self.update_method == "index_add":
+                self.xq.copy_(fixed_point(x, s))
+        self.variance = self.spread / (N * D)   # mean per-feature variance, as scikit-learn's tol
+        return True
 
     def assign(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """ids of x to c rounded to x's dtype, into `out`. The rounded centroids and their norms live in the
@@ -660,11 +682,52 @@ class _GraphLoop:
             self.graphs = [None, None]
 
 
-def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, graphs=None):
+class _KeptLoops:
+    """fit's graph loops (their buffers and captured graphs) kept between fits on the same x, at most `limit`.
+
+    A loop is found again only for the same live tensor x (a weak reference: it does not keep x alive, and a new
+    tensor at x's old address is not x) and the same k, variant, iters and kind of tol; its state is measured
+    anew from x's values (`_Lloyd.measure`), and a loop whose scale changed is dropped, since its graphs hold the
+    scale. A loop is taken out while a fit runs on it, so two fits never share one. Saves a fit on the same x
+    the eager warm-up iteration and the two captures."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.loops: dict = {}    # (id(x), key) -> (weak reference to x, _GraphLoop)
+
+    def take(self, x: torch.Tensor, key: tuple) -> _GraphLoop | None:
+        entry = self.loops.pop((id(x), key), None)
+        if entry is None or entry[0]() is not x:
+            return None
+        loop = entry[1]
+        loop.lloyd.x = x
+        if not loop.lloyd.measure():
+            return None
+        loop.lloyd.unassigned.zero_()
+        return loop
+
+    def keep(self, x: torch.Tensor, key: tuple, loop: _GraphLoop) -> None:
+        slot = (id(x), key)
+        loop.lloyd.x = None      # no strong reference to x while kept
+        self.loops.pop(slot, None)
+        self.loops[slot] = (weakref.ref(x, lambda ref: self._drop(slot, ref)), loop)
+        while len(self.loops) > self.limit:
+            del self.loops[next(iter(self.loops))]   # the oldest
+
+    def _drop(self, slot, ref) -> None:
+        if self.loops.get(slot, (None,))[0] is ref:
+            del self.loops[slot]
+
+
+_KEPT = _KeptLoops(0)   # limit 0: nothing kept (built, not yet run on a GPU; 4 once measured there)
+
+
+def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, graphs=None, loop=None):
     """`_eager_loop` with the iteration replayed from CUDA graphs (`_GraphLoop`): the same results bit for bit.
-    With tol=None nothing waits for the GPU until the end; with a tol, one read of `status` per iteration."""
+    With tol=None nothing waits for the GPU until the end; with a tol, one read of `status` per iteration.
+    `loop`: a loop kept from an earlier fit on the same x (`_KeptLoops`), with its graphs; else a new one."""
     k = lloyd.k
-    loop = _GraphLoop(lloyd, iters, threshold, graphs)
+    loop = loop or _GraphLoop(lloyd, iters, threshold, graphs)
     loop.start(c)
     converged = strict = False
     iterations = 0
@@ -710,17 +773,32 @@ def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
     comm = _comm_device(group)
     shards = _Shards(group, 0)
     _check(x, k, iters, tol, init, variant, shards, comm)
-    lloyd = _Lloyd(x, k, variant, shards)
+    graphed = x.is_cuda and group is None and _GRAPHS
+    return _run(x, k, iters, tol, init, seed, variant, shards, _KEPT if graphed else None)
+
+
+def _run(x, k, iters, tol, init, seed, variant, shards: _Shards, kept: _KeptLoops | None, graphs=None) -> FitResult:
+    """fit after its checks: the eager loop where `kept` is None, else the graph loop, on a loop that `kept`
+    holds for this x when it holds one (and then keeps for the next fit: its graphs are captured already)."""
+    key = (k, variant, iters, tol is None)
+    loop = kept.take(x, key) if kept is not None else None
+    lloyd = loop.lloyd if loop is not None else _Lloyd(x, k, variant, shards)
     c = _initial_centroids(x, k, init, seed, shards)
     threshold = None if tol is None else tol * lloyd.variance
-
-    if x.is_cuda and group is None and _GRAPHS:
-        c, ids, history, iterations, converged = _graph_loop(lloyd, c, iters, tol, threshold)
-    else:
+    if kept is None:
         c, ids, history, iterations, converged = _eager_loop(lloyd, c, iters, tol, threshold)
+    else:
+        if loop is None:
+            loop = _GraphLoop(lloyd, iters, threshold, graphs)
+        elif threshold is not None:
+            loop.threshold.copy_(threshold)   # the graphs read it there
+        c, ids, history, iterations, converged = _graph_loop(lloyd, c, iters, tol, threshold, loop=loop)
     _mark("end", x.device)
     if int(lloyd.unassigned) > 0:
         raise ValueError(f"{int(lloyd.unassigned)} point assignments found no centroid with a finite fp32 score "
                          f"(|x| or |c| too large for fp32 scores)")
+    if kept is not None and kept.limit:
+        c, ids = c.clone(), ids.clone()   # the loop's buffers: the next fit on x writes them
+        kept.keep(x, key, loop)
     return FitResult(centroids=c, ids=ids, inertia=tuple(history.tolist()),
                      iterations=iterations, converged=converged)

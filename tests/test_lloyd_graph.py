@@ -254,3 +254,91 @@ def test_a_capture_that_really_fails_falls_back_to_the_same_answer(monkeypatch):
         warnings.simplefilter("error", RuntimeWarning)
         assert_same_fit(kmeans_kernels.fit(x, 256, init=c0, iters=5, tol=None), eager)
     assert len(seen) == 5 - 1
+
+
+# ---- loops kept between fits on the same x (`lloyd._KeptLoops`) ---------------------------------------------------
+
+def run(x, k, init, iters, tol, kept, graphs=None):
+    """fit after its checks, as `fit` runs it: the eager loop with kept=None, else the graph loop on a kept loop."""
+    shards = fitmod._Shards(None, 0)
+    fitmod._check(x, k, iters, tol, init, "auto", shards, fitmod._comm_device(None))
+    return fitmod._run(x, k, iters, tol, init, 0, "auto", shards, kept, graphs)
+
+
+def assert_same_result(a, b):
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.ids, b.ids)
+    assert a.inertia == b.inertia and a.iterations == b.iterations and a.converged == b.converged
+
+
+@pytest.mark.parametrize("name", ["tol=None", "shift within tol", "ids unchanged"])
+def test_a_kept_loop_serves_the_next_fit_on_the_same_x_with_no_warm_up_or_capture(name):
+    x, k, _, iters, tol, _ = CASES[name]
+    x = x.clone()
+    kept, stand = fitmod._KeptLoops(4), Stand()
+    first = run(x, k, far_init(x, k, 1), iters, tol, kept, stand)
+    assert_same_result(first, run(x, k, far_init(x, k, 1), iters, tol, None))
+    assert len(kept.loops) == 1 and stand.warm_ups == 1
+    captures, saved = stand.captures, first.centroids.clone()
+    lloyd = next(iter(kept.loops.values()))[1].lloyd
+    where = (lloyd.mean.data_ptr(), lloyd.spread.data_ptr())
+    second = run(x, k, far_init(x, k, 2), iters, tol, kept, stand)        # another start, the same x
+    assert_same_result(second, run(x, k, far_init(x, k, 2), iters, tol, None))
+    # no warm-up, and no parity captured twice (a first fit that stopped after two runs captured only one)
+    assert stand.warm_ups == 1 and stand.captures <= 2 and (captures < 2 or stand.captures == captures)
+    captures = stand.captures
+    assert torch.equal(first.centroids, saved)                            # the first answer was a copy
+    x[: x.shape[0] // 2] = x[x.shape[0] // 2:][: x.shape[0] // 2]          # new values, the same scale
+    third = run(x, k, far_init(x, k, 3), iters, tol, kept, stand)
+    assert_same_result(third, run(x, k, far_init(x, k, 3), iters, tol, None))
+    assert stand.captures == captures and (lloyd.mean.data_ptr(), lloyd.spread.data_ptr()) == where
+
+
+def test_a_kept_loop_is_dropped_when_the_scale_changes_or_x_dies_and_the_oldest_goes_first():
+    x, k, init, iters, tol, _ = CASES["tol=None"]
+    x = x.clone()
+    kept, stand = fitmod._KeptLoops(2), Stand()
+    run(x, k, init, iters, tol, kept, stand)
+    x.mul_(1024)                                       # a new scale: the graphs hold the old one
+    again = run(x, k, init, iters, tol, kept, stand)
+    assert_same_result(again, run(x, k, init, iters, tol, None))
+    assert stand.warm_ups == 2 and len(kept.loops) == 1
+    others = [x.clone() for _ in range(2)]
+    for other in others:
+        run(other, k, init, iters, tol, kept, Stand())
+    assert len(kept.loops) == 2 and all(ref() is not x for ref, _ in kept.loops.values())   # x's, the oldest, went
+    assert all(loop.lloyd.x is None for _, loop in kept.loops.values())                   # no strong reference
+    del others, other
+    import gc
+    gc.collect()
+    assert not kept.loops                              # each entry went with its x
+    run(x, 3, init, iters, tol, kept, stand)           # another k: its own loop
+    run(x, k, init, iters, tol, kept, stand)
+    assert len(kept.loops) == 2 and stand.warm_ups == 4
+
+
+def test_fit_keeps_nothing_by_default():
+    assert fitmod._KEPT.limit == 0
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("tol", [None, 1e-4])
+def test_fit_on_a_kept_loop_replays_its_graphs_and_equals_the_eager_fit(monkeypatch, tol):
+    """Three fits on one x with loops kept (another start, then new values in x): each equals the eager fit bit
+    for bit, and the later fits replay the first one's graphs (no warm-up, no capture)."""
+    x = blobs(60000, 64, 256, 13).cuda()
+    monkeypatch.setattr(fitmod, "_KEPT", fitmod._KeptLoops(4))
+    captures = []
+    capture = fitmod._CudaGraphs.capture
+    monkeypatch.setattr(fitmod._CudaGraphs, "capture", lambda self, body: captures.append(1) or capture(self, body))
+    results = []
+    for start in range(3):
+        if start == 2:
+            x[:30000] = x[30000:].clone()
+        c0 = far_init(x, 256, start)
+        eager, graphed, replays = both_ways(monkeypatch, x, 256, init=c0, iters=8, tol=tol)
+        assert_same_fit(graphed, eager)
+        results.append((graphed, graphed.centroids.clone(), replays, len(captures)))
+    assert results[0][3] == 2 and results[2][3] == 2          # captured by the first fit only
+    assert all(r[2] >= r[0].iterations - 1 for r in results)
+    assert all(torch.equal(r[0].centroids, r[1]) for r in results)   # later fits did not write earlier answers
