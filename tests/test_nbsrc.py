@@ -37,11 +37,16 @@ def test_metadata_after_the_marker_is_kept():
     assert cells[1].metadata == {"tags": ["x"]} and cells[1].outputs == []
 
 
+def demo_script(tmp_path, text):
+    """A script at <tmp>/src/99_demo.py (its notebook goes to <tmp>/99_demo.ipynb)."""
+    (tmp_path / "src").mkdir()
+    script = tmp_path / "src" / "99_demo.py"
+    script.write_text(text, encoding="utf-8")
+    return script
+
+
 def test_regenerating_an_unchanged_script_gives_the_same_file(tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    script = src / "99_demo.py"
-    script.write_text("# %% [markdown]\n# # Demo\n# %%\nprint(1)\n", encoding="utf-8")
+    script = demo_script(tmp_path, "# %% [markdown]\n# # Demo\n# %%\nprint(1)\n")
     assert nbsrc.main([str(script)]) == 0
     first = nbsrc.target(script).read_bytes()
     assert nbsrc.main([str(script)]) == 0
@@ -51,10 +56,7 @@ def test_regenerating_an_unchanged_script_gives_the_same_file(tmp_path):
 
 
 def test_keep_outputs_keeps_them_up_to_the_first_changed_code_cell(tmp_path):
-    src = tmp_path / "src"
-    src.mkdir()
-    script = src / "99_demo.py"
-    script.write_text("# %% [markdown]\n# # Demo\n# %%\nx = 1\n# %%\nprint(x)\n# %%\nprint(2)\n", encoding="utf-8")
+    script = demo_script(tmp_path, "# %% [markdown]\n# # Demo\n# %%\nx = 1\n# %%\nprint(x)\n# %%\nprint(2)\n")
     assert nbsrc.main([str(script)]) == 0
     nb = nbformat.read(nbsrc.target(script), as_version=4)
     for n, cell in enumerate(c for c in nb.cells if c.cell_type == "code"):
