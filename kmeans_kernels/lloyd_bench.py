@@ -86,7 +86,8 @@ GOAL_SHAPE, GOAL_LLOYD = (1048576, 128, 4096), 1.15      # issue 19: lloyd <= 1.
 RATIOS = (("lloyd/assign", ("ours", "lloyd"), ASSIGN),
           ("lloyd_eager/assign", ("ours", "lloyd_eager"), ASSIGN),
           ("lloyd_index_add/assign", ("ours", "lloyd_index_add"), ASSIGN),
-          ("flashlib/lloyd", FLASHLIB, ("ours", "lloyd")))
+          ("flashlib/lloyd", FLASHLIB, ("ours", "lloyd")),
+          ("flashlib/fit", FLASHLIB, ("ours", "fit")))
 
 
 def input_sets(N: int, D: int, K: int):
@@ -287,8 +288,9 @@ def _cell(row, column: str) -> str:
 def goals(table):
     """Issue 19's goals per timing, from `summary`'s table: lloyd/assign at GOAL_SHAPE (with its interval where
     recorded) against GOAL_LLOYD, and on how many shapes ours/lloyd is faster than flashlib's loop, slower, or
-    cannot be told apart (interval straddling 1). Without intervals (an old run) a shape is faster or slower by
-    its medians alone, and `by interval` says False."""
+    cannot be told apart (interval straddling 1). Beside them the same count for a whole `fit` call, its setup
+    included, against flashlib's whole call (`flashlib/fit`; flashlib's figure is always its whole call). Without
+    intervals (an old run) a shape is faster or slower by its medians alone, and `by interval` says False."""
     rows = []
     for t, part in table.groupby("timing", sort=False):
         row = {"timing": t, "shapes": len(part)}
@@ -298,14 +300,22 @@ def goals(table):
             hi = big.iloc[0].get("lloyd/assign hi", big.iloc[0]["lloyd/assign"])
             row[f"<= {GOAL_LLOYD}x, whole interval"] = bool(hi <= GOAL_LLOYD)
         if "flashlib/lloyd" in part:
-            fl = part["flashlib/lloyd"]
-            by_interval = "flashlib/lloyd lo" in part and part["flashlib/lloyd lo"].notna().all()
-            lo, hi = (part["flashlib/lloyd lo"], part["flashlib/lloyd hi"]) if by_interval else (fl, fl)
-            row.update({"faster than flashlib's loop": int((lo > 1).sum()), "slower": int((hi < 1).sum()),
-                        "noise": int(((lo <= 1) & (hi >= 1)).sum()) if by_interval else 0,
-                        "by interval": bool(by_interval)})
+            faster, slower, noise, by_interval = _counts(part, "flashlib/lloyd")
+            row.update({"faster than flashlib's loop": faster, "slower": slower, "noise": noise,
+                        "by interval": by_interval})
+        if "flashlib/fit" in part:
+            row["whole fit call faster / slower / noise"] = "{} / {} / {}".format(*_counts(part, "flashlib/fit")[:3])
         rows.append(row)
     return pd.DataFrame(rows).set_index("timing") if rows else pd.DataFrame()
+
+
+def _counts(part, column: str) -> tuple[int, int, int, bool]:
+    """(shapes where ours is faster, slower, can't be told apart, whether by interval) from flashlib/ours."""
+    value = part[column]
+    by_interval = f"{column} lo" in part and part[f"{column} lo"].notna().all()
+    lo, hi = (part[f"{column} lo"], part[f"{column} hi"]) if by_interval else (value, value)
+    noise = int(((lo <= 1) & (hi >= 1)).sum()) if by_interval else 0
+    return int((lo > 1).sum()), int((hi < 1).sum()), noise, bool(by_interval)
 
 
 def main(argv=None) -> int:

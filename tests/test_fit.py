@@ -426,6 +426,11 @@ def test_bench_goals_count_shapes_by_interval():
                                                         "lloyd/assign hi": 3.1, "flashlib/lloyd": 0.7,
                                                         "flashlib/lloyd lo": 0.6, "flashlib/lloyd hi": 0.8})])
     g = lloyd_bench.goals(table).loc["kernel"]
+    assert "whole fit call faster / slower / noise" not in g      # a run that did not time ours/fit's ratio
+    table["flashlib/fit"], table["flashlib/fit lo"], table["flashlib/fit hi"] = [1.2, 0.5, 0.9], [1.1, 0.4, 0.8], \
+        [1.3, 0.6, 1.1]
+    g = lloyd_bench.goals(table).loc["kernel"]
+    assert g["whole fit call faster / slower / noise"] == "1 / 1 / 1"
     assert g["lloyd/assign at 1M x 128 x 4096"] == "1.120 [1.100, 1.160]"
     assert not g["<= 1.15x, whole interval"]                      # 1.12, but the interval reaches 1.16
     assert (g["faster than flashlib's loop"], g["slower"], g["noise"], g["shapes"]) == (1, 1, 1, 3)
