@@ -18,8 +18,8 @@ points. Here:
   the same input gives the same centroids run after run, and the all-reduce of integer sums is exact, so the
   sharded run equals the single-process run bit for bit (given the same ids). Float atomics would round
   differently with every arrival order. On CUDA each iteration groups the rows by id (a counting sort,
-  `lloyd_update.Grouping`) and one kernel sums runs of equal ids from the 16-bit x itself (`lloyd_update.cluster_sums`: x read once in 16 bits, a few million
-  atomics); on the CPU the sums are `index_add_`s of a fixed-point copy of x made once (8 bytes per
+  `lloyd_update.Grouping`) and one kernel sums runs of equal ids from the 16-bit x itself
+  (`lloyd_update.cluster_sums`: x read once in 16 bits, a few million atomics); on the CPU the sums are `index_add_`s of a fixed-point copy of x made once (8 bytes per
   coordinate); both give the same integers. Precision, with L = ceil(log2 N): the grid step is
   at most 2^(L - 61) max|x|, so a bf16 value at least max|x| / 2^(55 - L) (fp16: / 2^(52 - L)) is exact,
   a factor 2^35 (2^32) at N = 1M, and a smaller one is truncated toward zero to the grid. The mean is then
@@ -337,21 +337,24 @@ def fixed_point(x: torch.Tensor, s: int) -> torch.Tensor:
     and one conversion, where the float64 route takes two conversions: the conversions are the kernel's
     slowest operation. tests/test_lloyd_update.py checks it against float64 on every bf16 and fp16 value."""
     out = torch.empty(x.shape, dtype=torch.int64, device=x.device)
-    f1, f2 = scale_factors(s)
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
     for r0 in range(0, x.shape[0], step):
-        out[r0:r0 + step] = x[r0:r0 + step].float().mul_(f1).mul_(f2)   # the int64 copy truncates toward zero
+        out[r0:r0 + step] = _scaled(x[r0:r0 + step], s)   # the int64 copy truncates toward zero
     return out
+
+
+def _scaled(x: torch.Tensor, s: int) -> torch.Tensor:
+    """fp32(x) * 2^s1 * 2^s2: fixed_point's value before its truncation to int64."""
+    f1, f2 = scale_factors(s)
+    return x.float().mul_(f1).mul_(f2)
 
 
 def fixed_point_total(x: torch.Tensor, s: int) -> torch.Tensor:
     """fixed_point(x, s).sum(0), int64 [D], chunk by chunk: the same integer without an N x D int64 copy."""
     total = torch.zeros(x.shape[1], dtype=torch.int64, device=x.device)
-    f1, f2 = scale_factors(s)
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
     for r0 in range(0, x.shape[0], step):
-        # fixed_point's products, truncated to int64 inside the sum (its cast), without the int64 copy
-        total += x[r0:r0 + step].float().mul_(f1).mul_(f2).sum(0, dtype=torch.int64)
+        total += _scaled(x[r0:r0 + step], s).sum(0, dtype=torch.int64)   # truncated by the sum's int64 cast
     return total
 
 

@@ -367,9 +367,13 @@ def _grouping_placeholders():
     return _grouping_args(0, 0, 0, 0, 0, 0, 0, 0, make_fake_stream())
 
 
-def _ranks_kernel(k: int):
-    """The ranks kernel for k clusters: counted in shared memory first where the k + 1 bins fit there."""
-    return ClusterRanksShared() if k + 1 <= SHARED_BINS else ClusterRanks()
+def shared_ranks(k: int) -> bool:
+    """Whether k clusters' ranks are counted in shared memory first (ClusterRanksShared): their k + 1 bins fit."""
+    return k + 1 <= SHARED_BINS
+
+
+def _ranks_kernel(shared: bool):
+    return ClusterRanksShared() if shared else ClusterRanks()
 
 
 def compile_grouping(arch: str = "sm_90a", k: int = 4096) -> tuple[sass.Artifacts, sass.Artifacts]:
@@ -377,7 +381,7 @@ def compile_grouping(arch: str = "sm_90a", k: int = 4096) -> tuple[sass.Artifact
     if arch not in ARCHS:
         raise ValueError(f"the grouping kernels are built for {ARCHS}; got {arch!r}")
     ranks, places = _grouping_placeholders()
-    return (sass.compile_for(_ranks_kernel(k), *ranks, arch=arch),
+    return (sass.compile_for(_ranks_kernel(shared_ranks(k)), *ranks, arch=arch),
             sass.compile_for(ClusterPlaces(), *places, arch=arch))
 
 
@@ -385,8 +389,7 @@ def compile_grouping(arch: str = "sm_90a", k: int = 4096) -> tuple[sass.Artifact
 def _grouping_launches(arch: str, device: int, shared: bool) -> tuple[launch.LaunchCache, launch.LaunchCache]:
     ranks, places = _grouping_placeholders()
     with launch.on_device(device):
-        compiled = (cute.compile(ClusterRanksShared() if shared else ClusterRanks(), *ranks,
-                                 options=f"--gpu-arch {arch}"),
+        compiled = (cute.compile(_ranks_kernel(shared), *ranks, options=f"--gpu-arch {arch}"),
                     cute.compile(ClusterPlaces(), *places, options=f"--gpu-arch {arch}"))
     return (launch.LaunchCache(compiled[0], device=device, pointers=3),    # ids, count, rank
             launch.LaunchCache(compiled[1], device=device, pointers=6))    # ids, count, end, rank, sorted, order
@@ -402,8 +405,9 @@ class Grouping:
     permutation of 0..N-1: what `torch.sort(ids)` gives `cluster_sums`, except that the rows of one cluster
     come in the order their atomics landed (run to run they may differ; the integer sums do not) and that
     ids < 0 sort last, as k. A counting sort: zero the counts, a rank per row from one int32 atomic
-    (ClusterRanksShared, or ClusterRanks where k + 1 > SHARED_BINS), the counts' prefix sums (`torch.cumsum`), each row to its place (ClusterPlaces); four
-    launches where the sort of 1M int32 keys took seven and several passes over keys and values."""
+    (ClusterRanksShared, or ClusterRanks where k + 1 > SHARED_BINS), the counts' prefix sums (`torch.cumsum`),
+    each row to its place (ClusterPlaces); four launches where the sort of 1M int32 keys took seven and several
+    passes over keys and values."""
 
     def __init__(self, N: int, k: int, device: torch.device):
         if not 1 <= N <= MAX_ROWS or not 1 <= k < 2**31 - 1:
@@ -415,7 +419,7 @@ class Grouping:
         self.rank = torch.empty(N, **i32)
         self.sorted_ids = torch.empty(N, **i32)
         self.order = torch.empty(N, dtype=torch.int64, device=device)
-        self.shared = k + 1 <= SHARED_BINS    # the ranks counted in shared memory first (ClusterRanksShared)
+        self.shared = shared_ranks(k)
 
     def __call__(self, ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         if (not isinstance(ids, torch.Tensor) or ids.dtype != torch.int32 or ids.device != self.device

@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         path = target(script)
         nb = notebook(script)
-        kept, code = keep_outputs(nb, nbformat.read(path, as_version=4)) if args.keep_outputs and path.exists() else (0, 0)
+        kept, code = (keep_outputs(nb, nbformat.read(path, as_version=4)) if args.keep_outputs and path.exists()
+                      else (0, 0))
         nbformat.write(nb, path)
         try:
             shown = path.relative_to(ROOT)

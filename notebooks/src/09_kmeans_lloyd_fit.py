@@ -58,10 +58,11 @@ print(gpus.describe())
 #   `s` chosen from the largest `|x|` and `N` so that no sum of `N` of them can overflow (62 − ⌈log₂ N⌉ bits below the
 #   largest magnitude: 42 at `N = 1M`). Integer addition is associative: whatever the order, the same bits.
 # * **The cost of it**, done naively: an int64 copy of `x` (8 bytes per coordinate, four times a bf16 `x`) read every
-#   iteration, and one 64-bit atomic per coordinate (128 M at 1M × 128). On the GPU, `fit` instead groups the rows by id
-#   (a counting sort: a rank per row, the counts' prefix sums, each row to its place) and runs a small kernel
-#   (`kmeans_kernels.lloyd_update`) that walks the points in cluster order, reads each bf16 row through that order, converts it to the integers in registers and adds a whole run of one cluster
-#   before one atomic per coordinate: `x` read once in 16 bits, about 50× fewer atomics, the same integers. The mean
+#   iteration, and one 64-bit atomic per coordinate (128 M at 1M × 128). On the GPU, `fit` instead groups the rows
+#   by id (a counting sort: a rank per row, the counts' prefix sums, each row to its place) and runs a small kernel
+#   (`kmeans_kernels.lloyd_update`) that walks the points in cluster order, reads each bf16 row through that
+#   order, converts it to the integers in registers and adds a whole run of one cluster before one atomic per
+#   coordinate: `x` read once in 16 bits, about 50× fewer atomics, the same integers. The mean
 #   is formed in float64 and rounded once to fp32, the same operations on a CPU and a GPU.
 #
 # The same values summed in two orders, as floats and as integers:

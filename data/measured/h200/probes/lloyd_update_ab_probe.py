@@ -1,9 +1,9 @@
 """Probe: fit's per-iteration sums with the rows grouped by `lloyd_update.Grouping` (a counting sort) against
 `torch.sort(ids, stable=True)` before the same sums kernel, and the grouping's ranks from global atomics only
 (ClusterRanks) against a shared-memory histogram first (ClusterRanksShared, fit's choice for k + 1 <= 32768),
-and the sums kernel loading 8 rows per batch against lu.UNROLL,
-in one run taking turns (`workbook.timing.compare`, both timings, ratios with bootstrap 95 % intervals): the accumulate alone (zero, group, sum),
-then the whole Lloyd iteration replayed from fit's graphs with each grouping, and the assignment alone.
+and the sums kernel loading 8 rows per batch against lu.UNROLL, in one run taking turns
+(`workbook.timing.compare`, both timings, ratios with bootstrap 95 % intervals): the accumulate alone (zero,
+group, sum), then the whole Lloyd iteration replayed from fit's graphs with each grouping, and the assignment alone.
     python lloyd_update_ab_probe.py OUT_DIR [N,D,K ...]"""
 import sys
 import cutlass.cute as cute
