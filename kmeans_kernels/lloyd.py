@@ -19,8 +19,9 @@ points. Here:
   sharded run equals the single-process run bit for bit (given the same ids). Float atomics would round
   differently with every arrival order. On CUDA each iteration groups the rows by id (a counting sort,
   `lloyd_update.Grouping`) and one kernel sums runs of equal ids from the 16-bit x itself
-  (`lloyd_update.cluster_sums`: x read once in 16 bits, a few million atomics); on the CPU the sums are `index_add_`s of a fixed-point copy of x made once (8 bytes per
-  coordinate); both give the same integers. Precision, with L = ceil(log2 N): the grid step is
+  (`lloyd_update.cluster_sums`: x read once in 16 bits, a few million atomics); on the CPU the sums are
+  `index_add_`s of a fixed-point copy of x made once (8 bytes per coordinate); both give the same integers.
+  Precision, with L = ceil(log2 N): the grid step is
   at most 2^(L - 61) max|x|, so a bf16 value at least max|x| / 2^(55 - L) (fp16: / 2^(52 - L)) is exact,
   a factor 2^35 (2^32) at N = 1M, and a smaller one is truncated toward zero to the grid. The mean is then
   formed in float64 and rounded once to fp32, the same operations on CPU and GPU.
@@ -432,7 +433,6 @@ class _Lloyd:
             self.cluster_sums = lloyd_update.cluster_sums
             self.grouping = lloyd_update.Grouping(x.shape[0], k, x.device)
         else:
-            self.xq = fixed_point(x, self.s)
             self.ones = torch.ones(x.shape[0], dtype=torch.int64, device=x.device)
         # one int64 buffer, all-reduced in one call: K+1 rows of sums (row K takes points with no winner),
         # then K+1 counts and the number of points whose id changed
@@ -461,13 +461,14 @@ class _Lloyd:
         for r0 in range(0, x.shape[0], step):
             spread += (x[r0:r0 + step] - mean).square_().sum()   # bf16 - float64: float64, in one pass
         spread = shards.all_reduce(spread.reshape(1))[0]
+        xq = fixed_point(x, s) if self.update_method == "index_add" else None   # the CPU update's copy of x
         if self.s is None:
-            self.s, self.unit, self.mean, self.spread = s, unit, mean, spread
+            self.s, self.unit, self.mean, self.spread, self.xq = s, unit, mean, spread, xq
         else:
             self.mean.copy_(mean)
             self.spread.copy_(spread)
-            if self.update_method == "index_add":
-                self.xq.copy_(fixed_point(x, s))
+            if xq is not None:
+                self.xq.copy_(xq)
         self.variance = self.spread / (N * D)   # mean per-feature variance, as scikit-learn's tol
         return True
 
