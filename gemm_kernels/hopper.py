@@ -111,8 +111,10 @@ class HopperGemm(Epilogues):
         tile_m = cfg.tile_m
         epi_layout = sm90.make_smem_layout_epi(element, LayoutEnum.ROW_MAJOR, (tile_m, EPI_N), cfg.epi_stages)
 
+        a_rows = cfg.a_box_rows   # A's box: tile_m rows, or the top of each stage's A tile where M is shorter
+        a_box = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (a_rows, cfg.tile_n, TILE_K), element, 1)
         tma_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_layout, (None, None, 0)), (tile_m, TILE_K))
+            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_box, (None, None, 0)), (a_rows, TILE_K))
         b_load = cpasync.CopyBulkTensorTileG2SMulticastOp() if cutlass.const_expr(cfg.cluster_m > 1) \
             else cpasync.CopyBulkTensorTileG2SOp()
         tma_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
@@ -168,7 +170,7 @@ class HopperGemm(Epilogues):
 
         smem = cutlass.memory.SmemAllocator()
         storage = smem.allocate(self.shared_storage)
-        stage_bytes = (cute.size_in_bytes(self.element, cute.slice_(a_layout, (None, None, 0)))
+        stage_bytes = (cfg.a_box_rows * TILE_K * self.element.width // 8
                        + cute.size_in_bytes(self.element, cute.slice_(b_layout, (None, None, 0))))
         # full[s]: one producer arrival + the TMA byte count (all of A and B land in every CTA);
         # empty[s]: one arrival per consumer warp of every CTA whose TMA writes into this slot.
@@ -247,10 +249,12 @@ class HopperGemm(Epilogues):
             m0, n0 = work[item, col] + rank * tile_m, work[item, col + 1]
             k0, k_count = work[item, col + 3], work[item, col + 4]
             # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
-            gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (tile_m, TILE_K), (0, None))
+            a_rows = self.cfg.a_box_rows
+            gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (a_rows, TILE_K), (0, None))
+            sA_box = cute.local_tile(sA, (a_rows, TILE_K, self.cfg.stages), (0, 0, 0))
             gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
             tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
-                                               cute.group_modes(sA, 0, 2), cute.group_modes(gA, 0, 2))
+                                               cute.group_modes(sA_box, 0, 2), cute.group_modes(gA, 0, 2))
             # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
             tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
                                                cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))

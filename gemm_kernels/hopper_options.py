@@ -105,7 +105,9 @@ class Options(BackendOptions):
     (False: slot i runs items i, i + slots, ...). defer_epilogue: (register epilogue; None = on with it) store
     each item's C 32 columns at a time behind the next item's first 8 K-blocks, not all at once between the
     two. stream_k: split a uniform plan's partial last wave along K over every slot (measured on the H200 and
-    left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). trace: the
+    left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). short_a_box:
+    where M is shorter than a tile (and there is no cluster), TMA loads only the power of two of rows that covers
+    it (`a_box_rows`), not a whole tile_m-row box mostly of zero fill. trace: the
     separate build that stamps the global timer around each row (`hopper_host.timeline`).
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
@@ -119,6 +121,7 @@ class Options(BackendOptions):
     dynamic: bool = True
     defer_epilogue: bool | None = None
     stream_k: bool = False
+    short_a_box: bool = True
     trace: bool = False
 
     def __post_init__(self):
@@ -204,7 +207,12 @@ class Config:
     dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
     defer_epilogue: bool = False   # register epilogue: item j's C goes out behind item j+1's first K-blocks
     stream_k: bool = False         # the last partial wave's items are split along K over every slot
+    a_rows: int | None = None      # rows of A's TMA box: None = tile_m; fewer only when M is (`a_box_rows`)
     trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
+
+    @property
+    def a_box_rows(self) -> int:
+        return self.tile_m if self.a_rows is None else self.a_rows
 
     @property
     def staged(self) -> bool:
@@ -230,6 +238,16 @@ def segments(stream_k: bool) -> int:
     return 3 if stream_k else 1
 
 
+def a_box_rows(M: int, options: Options) -> int | None:
+    """Rows of A's TMA box where M is shorter than one tile and `options.short_a_box` (None: the whole tile).
+    The box covers M in a power of two of at least 8 rows (one 128-byte swizzle atom; a divisor of tile_m, so
+    the box is the top of each stage's A tile); the stage's other rows are never written, and the WGMMAs'
+    output rows from them are past M, never stored. A CTA pair's second CTA starts at row tile_m, so a
+    cluster keeps whole boxes."""
+    rows = max(8, 1 << (M - 1).bit_length())
+    return rows if options.short_a_box and options.cluster_m == 1 and rows < options.tile_m else None
+
+
 def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> waves.Plan:
     """The planner's work list for exactly the run `options` describe: uniform tiles, or balanced so the last
     wave fills the GPU. An item is a cluster's tile (cluster_m x tile_m rows) and a slot is a cluster: with the
@@ -252,5 +270,5 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
                          "already")
     cfg = Config(dtype=dtype, tile_m=o.tile_m, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages,
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m, dynamic=o.dynamic, defer_epilogue=o.deferred,
-                 stream_k=o.stream_k, trace=o.trace)
+                 stream_k=o.stream_k, a_rows=a_box_rows(M, o), trace=o.trace)
     return cfg, plan

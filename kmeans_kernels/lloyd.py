@@ -49,9 +49,10 @@ points. Here:
   iteration body once into a CUDA graph (two: the centroid and id buffers alternate) and replays it, one
   driver call per iteration (`_GraphLoop`); every value it produces goes into fixed buffers, read by the host
   once per iteration with a tol and only at the end with tol=None. The eager loop (the CPU, a process group, or
-  a capture that fails, with a warning) runs the same operations on the same inputs: the same bits. `_KeptLoops`
-  can keep a loop, graphs and all, for the next fit on the same x (its state measured anew from x's values);
-  it keeps none yet (`_KEPT`'s limit is 0) until it has been run and measured on a GPU.
+  a capture that fails, with a warning) runs the same operations on the same inputs: the same bits. Up to four
+  loops, graphs and buffers, stay kept for the next fit on the same live x (`_KeptLoops`; its state measured
+  anew from x's values): a second fit, another start, skips the warm-up and the captures. A kept loop's GPU
+  memory (about what one fit's buffers take) goes when x does, or when newer loops push it out.
 * **Inertia** (sum of squared distances, float64) is computed per iteration from the cluster sums and counts,
   O(K D) instead of a pass over x, around the data mean to avoid cancellation: entry i is the objective of
   iteration i's assignment to the fp32 centroids it started from; `inertia[-1]` is that of the returned
@@ -723,7 +724,7 @@ class _KeptLoops:
             del self.loops[slot]
 
 
-_KEPT = _KeptLoops(0)   # limit 0: nothing kept (built, not yet run on a GPU; 4 once measured there)
+_KEPT = _KeptLoops(4)
 
 
 def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, graphs=None, loop=None):

@@ -87,6 +87,30 @@ def test_the_small_m_tile_keeps_every_other_option():
         assert cfg.tile_m == 64 and plan.tile_m == 64 * cfg.cluster_m
 
 
+@pytest.mark.parametrize("tile_m", [64, 128])
+def test_a_short_m_loads_only_the_rows_it_has(tile_m):
+    """Where M is shorter than a tile, A's TMA box is the power of two of rows (at least 8) that covers it; a
+    whole tile otherwise, in a CTA pair, or when asked (`short_a_box=False`)."""
+    want = {1: 8, 8: 8, 9: 16, 16: 16, 17: 32, 32: 32, 33: 64, 64: 64, 65: 128, 500: None}
+    for M, rows in want.items():
+        rows = rows if rows is not None and rows < tile_m else None
+        o = hopper_options.Options(tile=(tile_m, 128, 64), **UNIFORM)
+        cfg = hopper_options.config_for(M, 8192, o)[0]
+        assert cfg.a_rows == rows, M
+        assert cfg.a_box_rows == (rows or tile_m)
+        for other in (dict(cluster_m=2), dict(short_a_box=False)):
+            assert hopper_options.config_for(M, 8192, hopper_options.Options.of(o, **other))[0].a_rows is None
+
+
+@pytest.mark.parametrize("M,rows", [(16, 16), (20, 32), (64, 64)])
+def test_the_ring_waits_for_the_bytes_of_the_short_a_box(M, rows):
+    """Each stage's barrier expects A's box (rows x 64 bf16) and B's (tile_n x 64 bf16): a box of the wrong size
+    would hang the ring or let the WGMMAs read a stage still loading."""
+    art = compiled(M, 8192, 4096, **small(64))
+    armed = set(re.findall(r"mov\.b32 \t%r\d+, (\d+);\n\tmbarrier\.arrive\.expect_tx", art.ptx))
+    assert armed == {"4", str(rows * 128 + 64 * 128)}      # 4: the dynamic schedule's queue entries
+
+
 # ------------------------------------------------------------------------------------------- CPU: the plan
 
 def _covered(M, N, items, rows_per_item):
@@ -314,6 +338,23 @@ def test_the_balanced_plan_of_64_row_tiles_is_exact_in_both_widths(cluster_m):
 def test_fp16_is_exact_with_the_small_m_tile(M, N, K):
     _exact(M, N, K, small(128, stream_k=True), dtype=torch.float16)
     _exact(M, N, K, small(256), dtype=torch.float16)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("M", [1, 8, 13, 16, 24, 31])
+@pytest.mark.parametrize("kw", [small(64), small(128, stream_k=True), small(256, epilogue="staged"),
+                                dict(UNIFORM, tile=(128, 256, 64))], ids=["64x64", "64x128-stream-k",
+                                                                          "64x256-staged", "128x256"])
+def test_a_short_a_box_is_exact_whatever_the_unloaded_rows_hold(M, kw):
+    """The rows of a stage below the short box are never loaded: a call of 64 rows of NaN and inf first
+    leaves them full of it, and no output row of the short call may see it."""
+    assert hopper_options.config_for(M, 1032, **kw)[0].a_rows is not None
+    N, K = 1032, 520
+    poison = torch.full((128, K), float("nan"), device="cuda", dtype=torch.bfloat16)
+    poison[::2] = float("inf")
+    hopper_host.gemm(poison, torch.ones(K, N, device="cuda", dtype=torch.bfloat16), **kw)
+    _exact(M, N, K, kw)
 
 
 # repeated calls of 64-row tiles leaving the counter at zero: test_gemm_hopper.py's
