@@ -225,8 +225,12 @@ print(f"ids equal: {torch.equal(torch.cat([q.ids for q in ranks]), r.ids)}; "
 # call (its setup included), `ours/lloyd` our loop alone. A `fit` call of 5 iterations pays its setup too (the fixed-point
 # scale, the mean and spread of `x`, an eager warm-up iteration, two graph captures, the closing assignment: about
 # 10 ms at 1M rows, 4 ms at the small shapes, `probes/fit_phases_*.csv`), and with it is slower than flashlib's
-# call at most shapes. From the data file, its newest run (a run recorded before the bench took both timings has
-# synchronised calls only, and no intervals):
+# call at most shapes. A second `fit` on the same `x` (another start, as scikit-learn's `n_init` restarts) replays
+# the first one's kept graph loop: at 65536 × 64 × 512 its call takes 1.42 ms instead of 3.37, at 65536 × 128 ×
+# 4096 2.40 instead of 4.24, and at 1M rows nothing moves, since there the setup that costs is the state's passes
+# over `x` on the GPU (`probes/fit_kept_loops_53c0788.csv`; flashlib's call 1.24, 1.89 and 15.0 ms). From the data
+# file, its newest run (a run recorded before the bench took both timings has synchronised calls only, and no
+# intervals):
 
 # %%
 fit_rows = records.read("h200", lloyd_bench.TABLE)
@@ -262,7 +266,7 @@ ab["contender"] = ab.contender.replace({"grouping": "grouping, shared ranks (fit
                                         "iteration new": "iteration, grouping (fit's)",
                                         "iteration global ranks": "iteration, global ranks"})
 display(ab.pivot_table(index=["N", "D", "K", "part", "contender"], columns="timing", values=["ms", "ratio", "lo", "hi"])
-        .round(3))
+        [["ms", "ratio", "lo", "hi"]].round(3))
 acc = ab[(ab.part == "accumulate") & (ab.timing == "kernel")]
 fig, ax = plt.subplots(figsize=(7, 2.8))
 for i, (shape, g) in enumerate(acc.groupby(["N", "D", "K"], sort=False)):
