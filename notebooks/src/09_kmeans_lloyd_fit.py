@@ -266,7 +266,7 @@ ab["contender"] = ab.contender.replace({"grouping": "grouping, shared ranks (fit
                                         "iteration new": "iteration, grouping (fit's)",
                                         "iteration global ranks": "iteration, global ranks"})
 display(ab.pivot_table(index=["N", "D", "K", "part", "contender"], columns="timing", values=["ms", "ratio", "lo", "hi"])
-        [["ms", "ratio", "lo", "hi"]].round(3))
+        .round(3))
 acc = ab[(ab.part == "accumulate") & (ab.timing == "kernel")]
 fig, ax = plt.subplots(figsize=(7, 2.8))
 for i, (shape, g) in enumerate(acc.groupby(["N", "D", "K"], sort=False)):
