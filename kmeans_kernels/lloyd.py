@@ -802,7 +802,7 @@ def _run(x, k, iters, tol, init, seed, variant, shards: _Shards, kept: _KeptLoop
     if int(lloyd.unassigned) > 0:
         raise ValueError(f"{int(lloyd.unassigned)} point assignments found no centroid with a finite fp32 score "
                          f"(|x| or |c| too large for fp32 scores)")
-    if kept is not None and kept.limit:
+    if kept is not None and kept.limit and not loop.eager:   # a loop whose capture failed: the next fit tries anew
         c, ids = c.clone(), ids.clone()   # the loop's buffers: the next fit on x writes them
         kept.keep(x, key, loop)
     return FitResult(centroids=c, ids=ids, inertia=tuple(history.tolist()),

@@ -286,7 +286,7 @@ def test_a_lloyd_step_never_waits_for_the_gpu():
     """tol=None must never wait: the sort and the kernel launch, like the rest of an iteration, queue work only."""
     x = torch.randn(100000, 128, device="cuda").to(torch.bfloat16)
     lloyd = fitmod._Lloyd(x, 512, "auto", fitmod._Shards(None, x.shape[0]))
-    assert lloyd.update_method == "sorted" and not hasattr(lloyd, "xq")
+    assert lloyd.update_method == "sorted" and lloyd.xq is None
     c = x[:512].float()
     lloyd.step(c, lloyd.ids, None)            # compiles and loads the kernels
     torch.cuda.synchronize()
