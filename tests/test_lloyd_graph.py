@@ -316,6 +316,20 @@ def test_a_kept_loop_is_dropped_when_the_scale_changes_or_x_dies_and_the_oldest_
     assert len(kept.loops) == 2 and stand.warm_ups == 4
 
 
+def test_a_loop_whose_capture_failed_is_not_kept():
+    """It runs eagerly to the same answer, and the next fit on x builds a loop of its own and tries to capture
+    again (a kept failed capture had left the CUDA generator mid-capture on the H200)."""
+    x, k, init, iters, tol, _ = CASES["tol=None"]
+    kept = fitmod._KeptLoops(2)
+    with pytest.warns(RuntimeWarning, match="running it eagerly"):
+        fallen = run(x, k, init, iters, tol, kept, Stand(fail=True))
+    assert_same_result(fallen, run(x, k, init, iters, tol, None))
+    assert not kept.loops
+    again = Stand()
+    assert_same_result(run(x, k, init, iters, tol, kept, again), fallen)
+    assert again.captures == 2 and len(kept.loops) == 1
+
+
 def test_fit_keeps_four_loops_by_default():
     """The limit measured on the H200 (probes/fit_kept_loops_probe.py): enough for a few restarts on one x."""
     assert fitmod._KEPT.limit == 4
