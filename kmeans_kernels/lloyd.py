@@ -360,6 +360,15 @@ def fixed_point_total(x: torch.Tensor, s: int) -> torch.Tensor:
     return total
 
 
+def spread_about(x: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
+    """sum over rows of ||x_i - mean||^2, float64 [] (mean: float64 [D]), chunk by chunk."""
+    spread = torch.zeros((), dtype=torch.float64, device=x.device)
+    step = max(1, _CHUNK_ELEMENTS // x.shape[1])
+    for r0 in range(0, x.shape[0], step):
+        spread += (x[r0:r0 + step] - mean).square_().sum()   # bf16 - float64: float64, in one pass
+    return spread
+
+
 def _kmeans_plus_plus(sample: torch.Tensor, k: int, gen: torch.Generator) -> torch.Tensor:
     """k rows of `sample` (fp32 [m, D]) by k-means++ with one candidate per pick; fp32 [k, D]."""
     m = sample.shape[0]
@@ -455,13 +464,14 @@ class _Lloyd:
         s = _scale_exponent(x, shards)
         if self.s is not None and s != self.s:
             return False
+        if x.is_cuda:
+            from kmeans_kernels import lloyd_state   # CuTe DSL: one read of x per pass, not torch's several
+            total_of, spread_of = lloyd_state.column_totals, lloyd_state.spread_about
+        else:
+            total_of, spread_of = fixed_point_total, spread_about
         unit = math.ldexp(1.0, -s)   # the value of one fixed-point step
-        mean = (shards.all_reduce(fixed_point_total(x, s)).double() * unit) / N
-        spread = torch.zeros((), dtype=torch.float64, device=x.device)
-        step = max(1, _CHUNK_ELEMENTS // D)
-        for r0 in range(0, x.shape[0], step):
-            spread += (x[r0:r0 + step] - mean).square_().sum()   # bf16 - float64: float64, in one pass
-        spread = shards.all_reduce(spread.reshape(1))[0]
+        mean = (shards.all_reduce(total_of(x, s)).double() * unit) / N
+        spread = shards.all_reduce(spread_of(x, mean).reshape(1))[0]
         xq = fixed_point(x, s) if self.update_method == "index_add" else None   # the CPU update's copy of x
         if self.s is None:
             self.s, self.unit, self.mean, self.spread, self.xq = s, unit, mean, spread, xq
@@ -618,8 +628,9 @@ class _GraphLoop:
     addresses a graph can hold: centroids `c[0]`, `c[1]` and ids `ids[0]`, `ids[1]` alternate (`run(p)`
     assigns from c[p] into ids[p], compares with ids[1 - p] and writes the new centroids into c[1 - p]), so
     there are two graphs, one per parity. Each run writes its inertia into `history[count]` and increments
-    `count`, a device counter (no host value is computed from device data inside the body); with a
-    `threshold` (tol) it also writes `status` = (ids changed, shift <= threshold), which the host reads.
+    `count`, a device counter (no host value is computed from device data inside the body), and writes
+    `status[0]`, how many ids changed, and with a `threshold` (tol) `status[1]` = shift <= threshold, which the
+    host reads. The closing assignment is one more run.
     The first run is the warm-up, run eagerly (it compiles and loads the kernels); a parity's first replay
     captures its graph. If a capture raises, the loop warns once and runs its body eagerly from then on:
     the same operations on the same buffers, so the same bits."""
@@ -648,13 +659,14 @@ class _GraphLoop:
     def body(self, p: int) -> None:
         lloyd = self.lloyd
         c = self.c[p]
-        compare = self.threshold is not None
-        new, inertia = lloyd.step(c, self.ids[p], self.ids[1 - p] if compare else None)
+        # the ids compared with the previous ones every time (one small pass over ids), so that the closing
+        # assignment is a replay too; the first run's comparison is with unwritten ids, and ignored
+        new, inertia = lloyd.step(c, self.ids[p], self.ids[1 - p])
         self.history.index_copy_(0, self.count, inertia.reshape(1))
         self.count += 1
-        if compare:
+        self.status[0] = lloyd.counts[lloyd.k + 1]
+        if self.threshold is not None:
             shift = (new.double() - c.double()).square().sum()   # as the eager loop computes it
-            self.status[0] = lloyd.counts[lloyd.k + 1]
             self.status[1] = shift <= self.threshold
         self.c[1 - p].copy_(new)
 
@@ -750,17 +762,12 @@ def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, grap
         if tol is not None and within:
             converged = True
             break
-    last = []
     if not strict:
         _mark("final", lloyd.x.device)
+        loop.run(p)   # assign once more: ids and the last inertia of the centroids returned
         if tol is None:
-            # the graphs skip the comparison with the previous ids, which only this last assignment needs
-            _, inertia = lloyd.step(loop.c[p], loop.ids[p], loop.ids[1 - p])
-            last = [inertia.reshape(1)]
-            converged = int(lloyd.counts[k + 1]) == 0
-        else:
-            loop.run(p)
-    return loop.c[p], loop.ids[p], torch.cat([loop.history[:loop.runs], *last]), iterations, converged
+            converged = int(loop.status[0]) == 0
+    return loop.c[p], loop.ids[p], loop.history[:loop.runs], iterations, converged
 
 
 def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
