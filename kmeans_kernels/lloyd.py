@@ -628,9 +628,10 @@ class _GraphLoop:
     addresses a graph can hold: centroids `c[0]`, `c[1]` and ids `ids[0]`, `ids[1]` alternate (`run(p)`
     assigns from c[p] into ids[p], compares with ids[1 - p] and writes the new centroids into c[1 - p]), so
     there are two graphs, one per parity. Each run writes its inertia into `history[count]` and increments
-    `count`, a device counter (no host value is computed from device data inside the body), and writes
-    `status[0]`, how many ids changed, and with a `threshold` (tol) `status[1]` = shift <= threshold, which the
-    host reads. The closing assignment is one more run.
+    `count`, a device counter (no host value is computed from device data inside the body); with a
+    `threshold` (tol) it also writes `status` = (ids changed, shift <= threshold), which the host reads. With no
+    tol the iterations skip the comparison of ids, and the closing assignment, which needs it, has a graph of its
+    own.
     The first run is the warm-up, run eagerly (it compiles and loads the kernels); a parity's first replay
     captures its graph. If a capture raises, the loop warns once and runs its body eagerly from then on:
     the same operations on the same buffers, so the same bits."""
@@ -645,7 +646,7 @@ class _GraphLoop:
         self.count = torch.zeros(1, dtype=torch.int64, device=x.device)
         self.status = torch.zeros(2, dtype=torch.int64, device=x.device)
         self.backend = graphs if graphs is not None else (_CudaGraphs(x.device) if x.is_cuda else _Eager())
-        self.graphs: list = [None, None]
+        self.graphs: dict = {}   # (parity, whether it compares ids) -> graph
         self.warm = False    # the first run (eager) has loaded everything a capture needs
         self.eager = False   # a capture failed: run the body from the host
         self.runs = 0        # the host's copy of `count`
@@ -656,47 +657,48 @@ class _GraphLoop:
         self.count.zero_()
         self.runs = 0
 
-    def body(self, p: int) -> None:
+    def body(self, p: int, compare: bool) -> None:
         lloyd = self.lloyd
         c = self.c[p]
-        # the ids compared with the previous ones every time (one small pass over ids), so that the closing
-        # assignment is a replay too; the first run's comparison is with unwritten ids, and ignored
-        new, inertia = lloyd.step(c, self.ids[p], self.ids[1 - p])
+        new, inertia = lloyd.step(c, self.ids[p], self.ids[1 - p] if compare else None)
         self.history.index_copy_(0, self.count, inertia.reshape(1))
         self.count += 1
-        self.status[0] = lloyd.counts[lloyd.k + 1]
+        if compare:
+            self.status[0] = lloyd.counts[lloyd.k + 1]
         if self.threshold is not None:
             shift = (new.double() - c.double()).square().sum()   # as the eager loop computes it
             self.status[1] = shift <= self.threshold
         self.c[1 - p].copy_(new)
 
-    def run(self, p: int) -> None:
-        """One Lloyd iteration from c[p] (p = 0 or 1)."""
+    def run(self, p: int, closing: bool = False) -> None:
+        """One Lloyd iteration from c[p] (p = 0 or 1); `closing`: the closing assignment, which compares the ids
+        with the previous ones even with no tol (its own graph then, captured once: a kept loop replays it)."""
         if self.runs >= self.history.shape[0]:
             raise RuntimeError(f"_GraphLoop holds the inertia of {self.history.shape[0]} runs; call start() first")
+        key = (p, closing or self.threshold is not None)
         if not self.warm:
-            self.backend.warm_up(lambda: self.body(p))
+            self.backend.warm_up(lambda: self.body(*key))
             self.warm = True
         else:
-            if not self.eager and self.graphs[p] is None:
-                self._capture(p)
+            if not self.eager and key not in self.graphs:
+                self._capture(key)
             if self.eager:
-                self.body(p)
+                self.body(*key)
             else:
-                self.graphs[p].replay()
+                self.graphs[key].replay()
         self.runs += 1
 
-    def _capture(self, p: int) -> None:
-        """Capture parity p's graph; if that raises, warn and go eager (the capture ran nothing)."""
+    def _capture(self, key: tuple) -> None:
+        """Capture the graph of body(*key); if that raises, warn and go eager (the capture ran nothing)."""
         try:
             with _no_marks():
-                self.graphs[p] = self.backend.capture(lambda: self.body(p))
+                self.graphs[key] = self.backend.capture(lambda: self.body(*key))
         except Exception as e:  # noqa: BLE001 - any failure to capture: the eager body is the same
             first = (str(e).strip().splitlines() or [""])[0]
             warnings.warn(f"fit: capturing the Lloyd iteration into a CUDA graph failed ({type(e).__name__}: "
                           f"{first}); running it eagerly", RuntimeWarning)
             self.eager = True
-            self.graphs = [None, None]
+            self.graphs = {}
 
 
 class _KeptLoops:
@@ -764,7 +766,7 @@ def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, grap
             break
     if not strict:
         _mark("final", lloyd.x.device)
-        loop.run(p)   # assign once more: ids and the last inertia of the centroids returned
+        loop.run(p, closing=True)   # assign once more: ids and the last inertia of the centroids returned
         if tol is None:
             converged = int(loop.status[0]) == 0
     return loop.c[p], loop.ids[p], loop.history[:loop.runs], iterations, converged
