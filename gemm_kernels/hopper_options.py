@@ -107,7 +107,7 @@ class Options(BackendOptions):
     two. stream_k: split a uniform plan's partial last wave along K over every slot (measured on the H200 and
     left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). short_a_box:
     where M is shorter than a tile (and there is no cluster), TMA loads only the power of two of rows that covers
-    it (`a_box_rows`), not a whole tile_m-row box mostly of zero fill. trace: the
+    it (`short_a_rows`), not a whole tile_m-row box mostly of zero fill. trace: the
     separate build that stamps the global timer around each row (`hopper_host.timeline`).
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
@@ -207,7 +207,7 @@ class Config:
     dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
     defer_epilogue: bool = False   # register epilogue: item j's C goes out behind item j+1's first K-blocks
     stream_k: bool = False         # the last partial wave's items are split along K over every slot
-    a_rows: int | None = None      # rows of A's TMA box: None = tile_m; fewer only when M is (`a_box_rows`)
+    a_rows: int | None = None      # rows of A's TMA box: None = tile_m; fewer only when M is (`short_a_rows`)
     trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
 
     @property
@@ -238,7 +238,7 @@ def segments(stream_k: bool) -> int:
     return 3 if stream_k else 1
 
 
-def a_box_rows(M: int, options: Options) -> int | None:
+def short_a_rows(M: int, options: Options) -> int | None:
     """Rows of A's TMA box where M is shorter than one tile and `options.short_a_box` (None: the whole tile).
     The box covers M in a power of two of at least 8 rows (one 128-byte swizzle atom; a divisor of tile_m, so
     the box is the top of each stage's A tile); the stage's other rows are never written, and the WGMMAs'
@@ -270,5 +270,5 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
                          "already")
     cfg = Config(dtype=dtype, tile_m=o.tile_m, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages,
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m, dynamic=o.dynamic, defer_epilogue=o.deferred,
-                 stream_k=o.stream_k, a_rows=a_box_rows(M, o), trace=o.trace)
+                 stream_k=o.stream_k, a_rows=short_a_rows(M, o), trace=o.trace)
     return cfg, plan

@@ -24,11 +24,12 @@
 import dataclasses
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 from IPython.display import HTML, display
 
-from gemm_kernels import configs, hopper_host, rule, rule_exercises, sweep, sweep_plot
-from workbook import gpus, records, stepper
+from gemm_kernels import configs, hopper, hopper_host, hopper_options, rule, rule_exercises, sweep, sweep_plot
+from workbook import ROOT, gpus, plots, records, stepper
 from workbook.explore import provenance_text
 
 pd.set_option("display.precision", 1)
@@ -250,37 +251,42 @@ for who, tbps in rate.items():
 # ## 7. Short M: load only the rows of A there are
 #
 # At M = 16 a 64-row tile's A box is 64 × 64 bf16 = 8 KiB per K-block, of which 2 KiB are rows of A and 6 KiB are
-# TMA's zero fill for rows past M; B's box beside it is the traffic that matters. Yet in the sweep the same candidate
-# took 1.1-1.45x as long at M = 16 as at M = 64, where B's traffic is the same: the zero fill is not free, and where
-# one CTA per SM must stream B as fast as it can, it shows. The change (`hopper_options.a_box_rows`, and the three
-# lines of `HopperGemm` that use `a_box_rows`): where M is shorter than a tile and the CTAs are not paired, A's box
-# has the power of two of rows that covers M (at least 8, one 128-byte swizzle atom), written at the top of each
-# stage's A tile, and the ring's byte count shrinks with it. The WGMMAs still multiply all 64 rows: the rows below
-# the box hold whatever an earlier stage left there, and the output rows they make are past M and never stored (a
-# row of C depends on its own row of A alone; a GPU test fills those rows with NaN and inf first).
-#
-# Measured, the 64x64 uniform cluster1 candidate with the whole box and with the short one, torch.matmul in the same
-# turns, µs back to back, new / old with its 95 % interval (H200, `data/measured/h200/probes/gemm_short_a_box_53c0788.csv`,
-# 21 shapes, three candidates; here nine):
-#
-# | M × N × K | whole box | short box | new / old | torch.matmul |
-# | --- | ---: | ---: | ---: | ---: |
-# | 8 × 4096 × 14336 | 57.9 | 32.9 | 0.569 [0.564, 0.571] | 32.1 |
-# | 8 × 8192 × 4096 | 26.1 | 20.1 | 0.774 [0.769, 0.779] | 19.3 |
-# | 8 × 14336 × 14336 | 133.4 | 99.8 | 0.752 [0.742, 0.759] | 101.5 |
-# | 16 × 4096 × 14336 | 56.6 | 32.2 | 0.570 [0.567, 0.577] | 32.7 |
-# | 16 × 8192 × 4096 | 25.2 | 21.1 | 0.841 [0.831, 0.860] | 19.5 |
-# | 16 × 14336 × 14336 | 135.4 | 99.8 | 0.738 [0.729, 0.749] | 102.1 |
-# | 32 × 4096 × 14336 | 50.4 | 33.8 | 0.671 [0.667, 0.677] | 33.5 |
-# | 32 × 8192 × 4096 | 23.7 | 20.5 | 0.865 [0.856, 0.894] | 19.9 |
-# | 32 × 14336 × 14336 | 124.9 | 102.5 | 0.823 [0.817, 0.826] | 104.7 |
-#
-# Over all 21 shapes, new / old back to back in geometric mean: 0.746 for 64x64 uniform, 0.805 for 64x128 uniform,
-# 0.972 for 64x128 stream-K (its CTAs split K and wait on each other's partial sums, so the box was not what held
-# it). The best of the three is now level with cuBLAS at these shapes (0.93-1.08x its time; 1.19x before). The
-# skinny class was then swept again with the short box and the rule refitted (the data file's newest skinny run):
-# each shape's best candidate at a median 98.5 % of torch.matmul back to back, 99.8 % at M = 16 (96.0 and 86.6 % in
-# the run before). The outputs above were executed before that run and show the one before it.
+# TMA's zero fill for rows past M; B's box beside it (64 × 64 for the 64x64 tile) is the traffic that matters. Yet
+# in the sweep the same candidate took 1.1-1.45x as long at M = 16 as at M = 64, where B's traffic is the same: the
+# zero fill is not free, and where one CTA per SM must stream B as fast as it can, it shows. The change: where M is
+# shorter than a tile (and the CTAs are not paired), A's box has the power of two of rows that covers M (at least 8,
+# one 128-byte swizzle atom), written at the top of each stage's A tile; the ring's byte count shrinks with it. The
+# WGMMAs still multiply all 64 rows: the rows below the box hold whatever an earlier stage left there, and the
+# output rows they make are past M and never stored (a row of C depends on its own row of A alone; a GPU test
+# fills those rows with NaN and inf first). The code that changed:
+
+# %%
+display(stepper.excerpt(hopper_options, "def short_a_rows(M"))
+display(stepper.excerpt(hopper, "a_rows = cfg.a_box_rows", "(a_rows, TILE_K))"))
+display(stepper.excerpt(hopper, "a_rows = self.cfg.a_box_rows", "sA_box ="))
+
+# %% [markdown]
+# Measured new box against old, the same candidate, torch.matmul in the same turns, M ∈ {8, 16, 32} at seven (N, K):
+
+# %%
+BOX_FILE = ROOT / "data/measured/h200/probes/gemm_short_a_box_53c0788.csv"
+box = pd.read_csv(BOX_FILE)
+b2b = box[box.timing == "kernel"]
+for name, r in b2b.groupby("candidate").ratio:
+    print(f"{name:26s} new / old box, back to back: geomean {np.exp(np.log(r).mean()):.3f} "
+          f"(range {r.min():.3f}-{r.max():.3f})")
+one = b2b[b2b.candidate == "64x64 uniform cluster1"].sort_values(["M", "N", "K"])
+plots.dumbbell([f"{m}×{n}×{k}" for m, n, k in zip(one.M, one.N, one.K)],
+               {"whole 64-row box": one.old_us, "short box": one.new_us, "torch.matmul": one.torch_us},
+               title="64x64 uniform cluster1 at M ≤ 32, back to back", xlabel="µs per call (log scale)",
+               source=f"H200, {BOX_FILE.relative_to(ROOT)}, commit {box.commit.iloc[0]}")
+plt.show()
+
+# %% [markdown]
+# The uniform candidates, which stream B at one item per SM, gain most (a quarter of their time for the 64x64
+# tile); the stream-K one, whose CTAs split K and wait on each other's partial sums, hardly moves. With the short box
+# the best of the three is level with cuBLAS at these shapes (from 0.93x to 1.08x its time), where it took 1.19x
+# before. The sweep's skinny class above was measured with it.
 
 # %% [markdown]
 # ## Exercise
