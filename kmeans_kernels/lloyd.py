@@ -46,9 +46,11 @@ points. Here:
 * **Launches**: an iteration is about fifty small launches (torch operations, the sort, the two kernels), each
   costing the host 5-20 us, which at small N is far more than the GPU's work. On CUDA without a process group,
   `fit` therefore runs the first iteration from the host (it compiles and loads everything), captures the
-  iteration body once into a CUDA graph (two: the centroid and id buffers alternate) and replays it, one
-  driver call per iteration (`_GraphLoop`); every value it produces goes into fixed buffers, read by the host
-  once per iteration with a tol and only at the end with tol=None. The eager loop (the CPU, a process group, or
+  iteration body once into a CUDA graph (two: the centroid and id buffers alternate; with tol=None a third for
+  the closing assignment, which alone compares the ids) and replays it, one driver call per iteration
+  (`_GraphLoop`); every value it produces goes into fixed buffers, read by the host once per iteration with a
+  tol and only at the end with tol=None. Before the loop, x's fixed-point column totals and spread take one read
+  of x each on CUDA (`kmeans_kernels.lloyd_state`), torch's chunked passes on the CPU. The eager loop (the CPU, a process group, or
   a capture that fails, with a warning) runs the same operations on the same inputs: the same bits. Up to four
   loops, graphs and buffers, stay kept for the next fit on the same live x (`_KeptLoops`; its state measured
   anew from x's values): a second fit, another start, skips the warm-up and the captures. A kept loop's GPU
