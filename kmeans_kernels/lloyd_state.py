@@ -40,6 +40,11 @@ CTAS_PER_SM = 4      # the grid, at most: enough loads in flight to keep DRAM bu
 MIN_ROWS = 16        # rows per group, at least: the partials stay small beside x
 
 
+def row_groups(D: int) -> int:
+    """Row groups per CTA: whole groups of D / VEC threads in THREADS."""
+    return max(1, THREADS // (D // VEC))
+
+
 class ColumnPass:
     """One compiled kernel per (D, dtype, spread); N, the scale and the grid are runtime values."""
 
@@ -48,7 +53,7 @@ class ColumnPass:
         self.dtype = dtype
         self.spread = spread
         self.lanes = D // VEC                        # threads per row
-        self.groups = max(1, THREADS // self.lanes)  # row groups per CTA
+        self.groups = row_groups(D)
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, mean_ptr: cute.Pointer, out_ptr: cute.Pointer, N: cutlass.Int32,
@@ -101,7 +106,7 @@ class ColumnPass:
 def grid(N: int, D: int, sm_count: int) -> int:
     """CTAs for N rows: CTAS_PER_SM per SM, fewer where a group would get fewer than MIN_ROWS rows, or where the
     walk's row indices (up to N + UNROLL x the grid's groups) would pass 32 bits."""
-    groups = max(1, THREADS // (D // VEC))
+    groups = row_groups(D)
     room = (2**31 - 1 - N) // (UNROLL * groups)
     return max(1, min(CTAS_PER_SM * sm_count, N // (groups * MIN_ROWS), room))
 
@@ -165,7 +170,7 @@ def column_totals(x: torch.Tensor, s: int) -> torch.Tensor:
     _check_x(x)
     N, D = x.shape
     ctas = grid(N, D, _sm_count(x.device.index))
-    partial = _buffer((ctas * max(1, THREADS // (D // VEC)), D), torch.int64, x.device)
+    partial = _buffer((ctas * row_groups(D), D), torch.int64, x.device)
     _run(x, False, partial, partial, s, ctas)   # the totals kernel reads no mean: any address will do
     return partial.sum(0)
 
@@ -177,7 +182,6 @@ def spread_about(x: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     if mean.dtype != torch.float64 or tuple(mean.shape) != (D,) or mean.device != x.device or not mean.is_contiguous():
         raise ValueError(f"mean must be a contiguous float64 tensor of shape ({D},) on {x.device}")
     ctas = grid(N, D, _sm_count(x.device.index))
-    lanes = D // VEC
-    partial = _buffer((ctas * max(1, THREADS // lanes) * lanes,), torch.float64, x.device)
+    partial = _buffer((ctas * row_groups(D) * (D // VEC),), torch.float64, x.device)   # one per thread
     _run(x, True, mean, partial, 0, ctas)
     return partial.sum()

@@ -50,8 +50,8 @@ def test_grid_fills_the_gpu_keeps_groups_busy_and_indices_in_32_bits():
     assert ls.grid(1, 128, 132) == 1 and ls.grid(100, 64, 132) == 1
     for N, D in [(65536, 64), (65536, 128), (262144, 256), (5037, 72), (ls.MAX_ROWS, 16), (ls.MAX_ROWS, 512)]:
         ctas = ls.grid(N, D, 132)
-        groups = ls.THREADS // (D // ls.VEC)
-        assert 1 <= ctas <= ls.CTAS_PER_SM * 132
+        groups = ls.row_groups(D)
+        assert groups * (D // ls.VEC) <= ls.THREADS and 1 <= ctas <= ls.CTAS_PER_SM * 132
         assert N >= ctas * groups * ls.MIN_ROWS or ctas == 1
         assert N + ls.UNROLL * ctas * groups <= 2**31 - 1
 
