@@ -440,8 +440,11 @@ class _Lloyd:
             raise ValueError(f"update {self.update_method!r}: choose from {UPDATES} ('sorted' on CUDA only)")
         self.s = None
         self.measure()
-        if self.update_method == "sorted":
+        if x.is_cuda:
             from kmeans_kernels import lloyd_update   # CuTe DSL: imported with the CUDA path only
+            self.centroid_update = lloyd_update.centroid_update
+            self.terms = lloyd_update.update_terms(k, D, x.device)
+        if self.update_method == "sorted":
             self.cluster_sums = lloyd_update.cluster_sums
             self.grouping = lloyd_update.Grouping(x.shape[0], k, x.device)
         else:
@@ -523,18 +526,27 @@ class _Lloyd:
         sums = self.sums[:k].double() * self.unit - n[:, None] * self.mean
         return self.spread - 2.0 * (sums * centred).sum() + (n * (centred * centred).sum(1)).sum()
 
-    def step(self, c: torch.Tensor, ids: torch.Tensor, previous: torch.Tensor | None):
-        """One Lloyd iteration from centroids c: assign (into ids), sum, and return (the new centroids, the
-        inertia of c's assignment); self.counts[k + 1] then holds how many ids differ from `previous`."""
+    def step(self, c: torch.Tensor, ids: torch.Tensor, previous: torch.Tensor | None,
+             out: torch.Tensor | None = None):
+        """One Lloyd iteration from centroids c (fp32 [k, D]): assign (into ids), sum, and return (the new
+        centroids, in `out` or a new tensor, the inertia of c's assignment); self.counts[k + 1] then holds how
+        many ids differ from `previous`."""
         self.assign(c, ids)
         self.accumulate(ids, previous)
-        return self.update(c), self.inertia(c)
+        return self.update(c, torch.empty_like(c) if out is None else out)
 
-    def update(self, c: torch.Tensor) -> torch.Tensor:
-        """The new centroids: each cluster's mean, rounded once to fp32; an empty cluster keeps its centroid."""
+    def update(self, c: torch.Tensor, out: torch.Tensor):
+        """(out, inertia) from the sums just accumulated: the new centroids, each cluster's mean rounded once to
+        fp32 (an empty cluster keeps its centroid), written into `out`; and the inertia of c's assignment. On
+        CUDA one kernel does both (`lloyd_update.centroid_update`: the same centroids bit for bit, the inertia
+        summed in another order) where torch takes about twenty small launches."""
+        if self.x.is_cuda:
+            self.centroid_update(self.sums, self.counts, c, self.mean, self.unit, out, self.terms)
+            return out, self.spread + self.terms.sum()
         n = self.counts[:self.k]
         mean = (self.sums[:self.k].double() * self.unit) / n.clamp(min=1).double()[:, None]
-        return torch.where((n > 0)[:, None], mean.float(), c)
+        out.copy_(torch.where((n > 0)[:, None], mean.float(), c))
+        return out, self.inertia(c)
 
 
 _GRAPHS = True   # fit replays its CUDA iteration from a graph (tests and the bench switch it off to compare)
@@ -662,7 +674,7 @@ class _GraphLoop:
     def body(self, p: int, compare: bool) -> None:
         lloyd = self.lloyd
         c = self.c[p]
-        new, inertia = lloyd.step(c, self.ids[p], self.ids[1 - p] if compare else None)
+        new, inertia = lloyd.step(c, self.ids[p], self.ids[1 - p] if compare else None, out=self.c[1 - p])
         self.history.index_copy_(0, self.count, inertia.reshape(1))
         self.count += 1
         if compare:
@@ -670,7 +682,6 @@ class _GraphLoop:
         if self.threshold is not None:
             shift = (new.double() - c.double()).square().sum()   # as the eager loop computes it
             self.status[1] = shift <= self.threshold
-        self.c[1 - p].copy_(new)
 
     def run(self, p: int, closing: bool = False) -> None:
         """One Lloyd iteration from c[p] (p = 0 or 1); `closing`: the closing assignment, which compares the ids

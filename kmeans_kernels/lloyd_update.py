@@ -133,6 +133,62 @@ class ClusterSums:
                           scope="gpu")
 
 
+# ---- the new centroids and the inertia terms, one pass over the sums --------------------------------------
+
+def _vec(ptr: cute.Pointer, start) -> cute.Tensor:
+    """VEC consecutive elements from ptr + start (one vector load or store where aligned); traced in kernels."""
+    return cute.make_tensor(ptr + start, cute.make_layout(VEC))
+
+
+class CentroidUpdate:
+    """From the cluster sums and counts: each cluster's new centroid (its mean, rounded once to fp32; an empty
+    cluster keeps its centroid) and its inertia term about the data mean. One group of D / VEC threads per
+    cluster; one compiled kernel per D."""
+
+    def __init__(self, D: int):
+        self.D = D
+        self.lanes = D // VEC
+        self.groups = max(1, THREADS // self.lanes)
+
+    @cute.jit
+    def __call__(self, sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, c_ptr: cute.Pointer,
+                 mean_ptr: cute.Pointer, out_ptr: cute.Pointer, terms_ptr: cute.Pointer, k: cutlass.Int32,
+                 unit: cutlass.Float64, stream: cuda.CUstream):
+        self.kernel(sums_ptr, counts_ptr, c_ptr, mean_ptr, out_ptr, terms_ptr, k, unit).launch(
+            grid=((k + self.groups - 1) // self.groups, 1, 1), block=[self.groups * self.lanes, 1, 1], stream=stream)
+
+    @cute.kernel
+    def kernel(self, sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, c_ptr: cute.Pointer, mean_ptr: cute.Pointer,
+               out_ptr: cute.Pointer, terms_ptr: cute.Pointer, k: cutlass.Int32, unit: cutlass.Float64):
+        tidx, _, _ = cute.arch.thread_idx()
+        block, _, _ = cute.arch.block_idx()
+        lane = tidx % self.lanes
+        j = block * self.groups + tidx // self.lanes
+        row = cutlass.min(j, k - 1)   # past k, the last cluster again: in bounds, and never stored
+        n = cute.make_tensor(counts_ptr, cute.make_layout(k))[row]
+        base = cute.assume(cutlass.Int64(row) * self.D + lane * VEC, divby=VEC)
+        total = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float64)
+        total.store(_vec(sums_ptr, base).load().to(cutlass.Float64) * unit)   # exact: unit is a power of two
+        c = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32)
+        c.store(_vec(c_ptr, base).load())
+        mean = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float64)
+        mean.store(_vec(mean_ptr, cute.assume(lane * VEC, divby=VEC)).load())
+        count = cutlass.Float64(cutlass.max(n, cutlass.Int64(1)))
+        new = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float32)
+        term = cutlass.Float64(0.0)
+        for e in cutlass.range_constexpr(VEC):
+            # the mean as torch forms it: (sum * unit) / max(n, 1) in float64, rounded once to fp32
+            new[e] = cutlass.select_(n > 0, cutlass.Float32(total[e] / count), c[e])
+            # n ||c'||^2 - 2 <S', c'> about the data mean: c' = c - mean, S' = sum - n mean
+            centred = cutlass.Float64(c[e]) - mean[e]
+            term += centred * (cutlass.Float64(n) * centred - 2.0 * (total[e] - cutlass.Float64(n) * mean[e]))
+        terms = cute.make_tensor(terms_ptr, cute.make_layout(k * self.lanes))
+        slot = j * self.lanes + lane
+        if j < k:
+            _vec(out_ptr, base).store(new.load())
+            terms[slot] = term
+
+
 # ---- grouping the rows by cluster: a counting sort --------------------------------------------------------
 
 GROUP_THREADS = 256    # per CTA of the two grouping kernels
@@ -348,6 +404,69 @@ def cluster_sums(x: torch.Tensor, sorted_ids: torch.Tensor, order: torch.Tensor,
               rows_per_group(N, D, _sm_count(device)), *scale_factors(s))
     _launches(D, x.dtype, arch, device)(values, lambda st: _args(x.dtype, *values, cuda.CUstream(st)),
                                          launch.stream_handle(device))
+
+
+# ---- host side of the update ---------------------------------------------------------------------------
+
+def _update_args(sums: int, counts: int, c: int, mean: int, out: int, terms: int, k: int, unit: float, stream):
+    gp = launch.gmem_pointer
+    return (gp(cutlass.Int64, sums, 16), gp(cutlass.Int64, counts, 8), gp(cutlass.Float32, c, 16),
+            gp(cutlass.Float64, mean, 16), gp(cutlass.Float32, out, 16), gp(cutlass.Float64, terms, 8),
+            cutlass.Int32(k), cutlass.Float64(unit), stream)
+
+
+def _update_placeholders():
+    from cutlass.runtime import make_fake_stream
+    return _update_args(0, 0, 0, 0, 0, 0, 1, 1.0, make_fake_stream())
+
+
+def compile_update(D: int = 128, arch: str = "sm_90a") -> sass.Artifacts:
+    """Compile CentroidUpdate for D and `arch` with no GPU -> workbook.sass.Artifacts."""
+    check_shape(D, torch.bfloat16)
+    if arch not in ARCHS:
+        raise ValueError(f"the update kernel is built for {ARCHS}; got {arch!r}")
+    return sass.compile_for(CentroidUpdate(D), *_update_placeholders(), arch=arch)
+
+
+@functools.lru_cache(maxsize=None)
+def _update_launches(D: int, arch: str, device: int) -> launch.LaunchCache:
+    with launch.on_device(device):
+        compiled = cute.compile(CentroidUpdate(D), *_update_placeholders(), options=f"--gpu-arch {arch}")
+    return launch.LaunchCache(compiled, device=device, pointers=6)   # sums, counts, c, mean, out, terms
+
+
+def update_terms(k: int, D: int, device) -> torch.Tensor:
+    """The buffer `centroid_update` writes the inertia terms to: float64 [k * D / VEC], one per thread."""
+    return torch.empty(k * (D // VEC), dtype=torch.float64, device=device)
+
+
+def centroid_update(sums: torch.Tensor, counts: torch.Tensor, c: torch.Tensor, mean: torch.Tensor, unit: float,
+                    out: torch.Tensor, terms: torch.Tensor) -> None:
+    """out[j] = fp32((sums[j] * unit) / counts[j]) where counts[j] > 0, else c[j], for the k clusters (sums int64
+    [>= k, D], counts int64 [>= k], c and out fp32 [k, D], mean float64 [D]); and `terms` (from `update_terms`)
+    the inertia's per-cluster parts: inertia = spread + terms.sum(). The centroids are those of the torch
+    formula bit for bit (the same IEEE operations); launches on the current stream, never waits."""
+    k, D = c.shape if c.ndim == 2 else (0, 0)
+    want = {"sums": (sums, torch.int64), "counts": (counts, torch.int64), "c": (c, torch.float32),
+            "mean": (mean, torch.float64), "out": (out, torch.float32), "terms": (terms, torch.float64)}
+    for name, (t, dtype) in want.items():
+        if not isinstance(t, torch.Tensor) or t.dtype != dtype or not t.is_cuda or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous {dtype} CUDA tensor")
+        if t.device != c.device or t.data_ptr() % (16 if name in ("sums", "c", "mean", "out") else 8):
+            raise ValueError(f"{name} must be on {c.device}, 16-byte aligned")
+    check_shape(D, torch.bfloat16)
+    if (sums.ndim != 2 or sums.shape[1] != D or sums.shape[0] < k or counts.ndim != 1 or counts.shape[0] < k
+            or tuple(mean.shape) != (D,) or tuple(out.shape) != (k, D) or tuple(terms.shape) != (k * (D // VEC),)):
+        raise ValueError(f"shapes: sums [>= k, D], counts [>= k], c and out [k, D], mean [D], terms [k * D / {VEC}]; "
+                         f"got {tuple(sums.shape)}, {tuple(counts.shape)}, {tuple(c.shape)}, {tuple(out.shape)}, "
+                         f"{tuple(mean.shape)}, {tuple(terms.shape)}")
+    if not 1 <= k * (D // VEC) <= 2**31 - 1:
+        raise ValueError(f"k={k} is out of range for D={D}: the kernel indexes its terms with 32-bit integers")
+    device = c.device.index
+    values = (sums.data_ptr(), counts.data_ptr(), c.data_ptr(), mean.data_ptr(), out.data_ptr(), terms.data_ptr(), k,
+              unit)
+    _update_launches(D, kmeans_kernels.arch_of(c.device), device)(
+        values, lambda st: _update_args(*values, cuda.CUstream(st)), launch.stream_handle(device))
 
 
 # ---- host side of the grouping ------------------------------------------------------------------------

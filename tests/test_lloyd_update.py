@@ -297,3 +297,79 @@ def test_a_lloyd_step_never_waits_for_the_gpu():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     torch.cuda.synchronize()
+
+
+# ---- the new centroids and the inertia terms (CentroidUpdate) ------------------------------------------------
+
+def test_update_kernel_compiles_to_the_torch_formula_operations():
+    """The same IEEE operations as the torch formula: int64 -> float64, x unit, / max(n, 1), one rounding to fp32."""
+    from kmeans_kernels import lloyd_update
+    for arch in ("sm_90a", "sm_100a"):
+        ptx = lloyd_update.compile_update(128, arch=arch).ptx
+        for op in ("cvt.rn.f64.s64", "div.rn.f64", "cvt.rn.f32.f64"):
+            assert op in ptx, (arch, op)
+        assert not re.search(r"\b(red|atom)\.", ptx) and not re.search(r"div\.(approx|full)", ptx)
+
+
+def test_update_kernel_refuses_what_it_cannot_take():
+    from kmeans_kernels import lloyd_update
+    k, D = 4, 64
+    cpu = dict(sums=torch.zeros(k + 1, D, dtype=torch.int64), counts=torch.zeros(k + 2, dtype=torch.int64),
+               c=torch.zeros(k, D), mean=torch.zeros(D, dtype=torch.float64), unit=1.0, out=torch.zeros(k, D),
+               terms=torch.zeros(k * D // 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="CUDA"):
+        lloyd_update.centroid_update(**cpu)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        lloyd_update.compile_update(60)
+
+
+def _update_case(k, D, seed):
+    """Sums near the int64 range and small, counts 0 (empty), 1 and large, centroids and a mean of both signs."""
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(0, 5000, (k + 2,), generator=g)
+    counts[:: 5] = 0
+    counts[1:: 7] = 1
+    sums = torch.randint(-2**62, 2**62, (k + 1, D), generator=g)
+    sums[:: 3] //= 2**40
+    c = torch.randn(k, D, generator=g) * 100
+    mean = torch.randn(D, generator=g, dtype=torch.float64) * 10
+    return [t.cuda() for t in (sums, counts, c, mean)]
+
+
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("k,D", [(1, 16), (37, 64), (4096, 128), (257, 72), (3, 512)])
+@pytest.mark.parametrize("s", [0, 40, -30])
+def test_centroid_update_equals_the_torch_formula(k, D, s):
+    from kmeans_kernels import lloyd_update
+    sums, counts, c, mean = _update_case(k, D, seed=k * D + s)
+    unit = math.ldexp(1.0, -s)
+    out = torch.full_like(c, float("nan"))                                   # poisoned: every entry written
+    terms = torch.full((k * D // lloyd_update.VEC,), float("nan"), dtype=torch.float64, device="cuda")
+    lloyd_update.centroid_update(sums, counts, c, mean, unit, out, terms)
+    n = counts[:k]
+    want = torch.where((n > 0)[:, None], ((sums[:k].double() * unit) / n.clamp(min=1).double()[:, None]).float(), c)
+    assert torch.equal(out, want)
+    assert torch.equal(out[n == 0], c[n == 0]) and (n == 0).any()
+    nd = n.double()
+    centred = c.double() - mean
+    sums_c = sums[:k].double() * unit - nd[:, None] * mean
+    want_terms = (nd * (centred * centred).sum(1)).sum() - 2.0 * (sums_c * centred).sum()
+    assert terms.sum().item() == pytest.approx(want_terms.item(), rel=1e-12, abs=1e-9 * abs(want_terms.item()) + 1e-300)
+
+
+@gpu
+@needs_cuda
+def test_fit_step_on_cuda_uses_the_update_kernel_and_equals_the_cpu_step():
+    """One Lloyd step on exact data: the CUDA centroids equal the CPU path's bit for bit, the inertia to 1e-12."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randint(-8, 9, (3001, 64), generator=g).to(torch.bfloat16)
+    c = x[:40].float() + 0.25
+    got = {}
+    for device in ("cpu", "cuda"):
+        xd = x.to(device)
+        lloyd = fitmod._Lloyd(xd, 40, "auto", fitmod._Shards(None, xd.shape[0]))
+        new, inertia = lloyd.step(c.to(device), lloyd.ids, None)
+        got[device] = (new.cpu(), inertia.item(), lloyd.ids.cpu())
+    assert torch.equal(got["cpu"][2], got["cuda"][2]) and torch.equal(got["cpu"][0], got["cuda"][0])
+    assert got["cuda"][1] == pytest.approx(got["cpu"][1], rel=1e-12)
