@@ -32,7 +32,7 @@ from sklearn.cluster import KMeans
 from sklearn.datasets import load_digits
 
 import kmeans_kernels
-from kmeans_kernels import lloyd_bench, lloyd_distributed, lloyd_exercises, lloyd_state
+from kmeans_kernels import lloyd_bench, lloyd_distributed, lloyd_exercises, lloyd_state, lloyd_update
 from workbook import ROOT, gpus, plots, records, stepper
 
 from kmeans_kernels import lloyd as fitmod
@@ -279,6 +279,33 @@ plt.show()
 # closing assignment, each a chain of about thirty small kernels) and the host's set-up are the whole call.
 
 # %% [markdown]
+# ### The update in one kernel
+#
+# After the sums, each iteration forms the new centroids (each cluster's mean, rounded once to fp32) and the inertia
+# (its per-cluster terms about the data mean). In torch that was about twenty small operations over `k × D`
+# numbers: microseconds of work each, but each a launch, and a node of the replayed graph. One kernel does both
+# (`lloyd_update.CentroidUpdate`): a group of `D / 8` threads per cluster, the torch formula's own IEEE operations
+# (int64 → float64, × 2⁻ˢ, ÷ max(n, 1), one rounding to fp32), so the same centroids bit for bit; each thread
+# writes its part of the inertia and torch adds the parts. Per cluster and column:
+
+# %%
+display(stepper.excerpt(lloyd_update, "# the mean as torch forms it", "term +="))
+
+# %% [markdown]
+# Measured on the H200, whole later `fit` calls of 5 iterations with the kernel and with the torch formula swapped
+# back in, flashlib's call in the same turns (back to back, ratio to the torch formula with its 95 % interval):
+
+# %%
+UPDATE_FILE = ROOT / "data/measured/h200/probes/fit_update_kernel_0f21842.csv"
+upd = pd.read_csv(UPDATE_FILE)
+b2b = upd[upd.timing == "kernel"].pivot_table(index=["N", "D", "K"], columns="contender", values=["ms", "ratio", "lo", "hi"])
+display(b2b.round(3))
+print(f"{UPDATE_FILE.relative_to(ROOT)}, commit {upd.commit.iloc[0]}; the kernel's call against flashlib's:")
+for (n, d, k), r in b2b.iterrows():
+    print(f"  {n}×{d}×{k}: {r[('ms', 'fit')]:.2f} ms against {r[('ms', 'flashlib')]:.2f} "
+          f"({r[('ms', 'fit')] / r[('ms', 'flashlib')]:.2f}x its time)")
+
+# %% [markdown]
 # ### What grouping the rows bought
 #
 # The sums kernel needs the rows of a cluster side by side, not sorted within the cluster. `torch.sort(ids)` (seven
@@ -351,7 +378,8 @@ else:
 # * A short `fit` call is more than its iterations: measuring `x` first (now one read of `x` per pass, a few tenths
 #   of a ms, most of it host time) and assigning once more at the end. A fit on an `x` seen before replays kept
 #   graphs; at the largest shapes its whole call then beats flashlib's (the `flashlib/fit` column above), while at
-#   65536 rows six chains of about thirty small kernels each (five iterations and the closing assignment) are most
-#   of it, and flashlib's loop is mostly still ahead. A loop body fused into fewer kernels is what would pay there.
+#   65536 rows six chains of small kernels (five iterations and the closing assignment) are most of it. Folding the
+#   update's twenty launches into one kernel is the first cut at those chains; the table in section 7 says what it
+#   bought at each shape, and against flashlib's call.
 # * Ranking by bf16 centroids costs exactness against a float64 k-means on points near a boundary (a point or two of
 #   the 1797 digits); on well-separated data the answers are the same.
