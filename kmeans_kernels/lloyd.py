@@ -43,7 +43,7 @@ points. Here:
   `n_iter_` does, and on the same initial centroids the centroids, ids and final inertia agree with its
   `KMeans(init=c0, n_init=1, algorithm="lloyd", max_iter=iters, tol=tol)` (see tests/test_fit.py).
   `tol=None` runs exactly `iters` iterations with no convergence test, so the loop never waits for the GPU.
-* **Launches**: an iteration is about fifty small launches (torch operations, the sort, the two kernels), each
+* **Launches**: an iteration is about twenty-five small launches (torch operations, the grouping, our kernels), each
   costing the host 5-20 us, which at small N is far more than the GPU's work. On CUDA without a process group,
   `fit` therefore runs the first iteration from the host (it compiles and loads everything), captures the
   iteration body once into a CUDA graph (two: the centroid and id buffers alternate; with tol=None a third for
