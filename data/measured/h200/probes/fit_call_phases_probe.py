@@ -3,7 +3,7 @@ spends its time: fit's own steps wrapped in place (`_check`, `_KeptLoops.take` w
 `_initial_centroids`, `_graph_loop` with the five iterations and the closing assignment), each timed by CUDA events
 on the stream around it (GPU time between the marks, host gaps included) and by the host clock (the time to
 issue it); the whole call the same way. No synchronisation is added inside the call. Median of 7 calls after 3.
-    python fit_call_phases_probe.py OUT_DIR [N,D,K ...]"""
+    python fit_call_phases_probe.py OUT_DIR [N,D,K ...]   (its run: fit_call_phases_bec37b8.csv)"""
 import sys
 import time
 
