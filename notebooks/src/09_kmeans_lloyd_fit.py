@@ -8,6 +8,7 @@
 # **After this notebook you will know**
 #
 # * what one Lloyd iteration costs next to the assignment, and where the rest of the time goes;
+# * when folding a pass over `x`, or a chain of small operations, into one kernel pays, and when it does not;
 # * why the centroid update sums **integers** (and what that buys: the same bits run after run, and on any
 #   number of GPUs);
 # * what happens to a cluster that loses all its points, how k-means++ picks the first centroids, and what the
@@ -375,11 +376,10 @@ else:
 #   per CTA first): a step that is right in principle can be level in practice until its contention is removed.
 #   At the small shapes the update, not the assignment, still sets the pace (the iteration is several assignments
 #   long at K = 512): that is where an update fused into fewer launches would pay next.
-# * A short `fit` call is more than its iterations: measuring `x` first (now one read of `x` per pass, a few tenths
-#   of a ms, most of it host time) and assigning once more at the end. A fit on an `x` seen before replays kept
-#   graphs; at the largest shapes its whole call then beats flashlib's (the `flashlib/fit` column above), while at
-#   65536 rows six chains of small kernels (five iterations and the closing assignment) are most of it. Folding the
-#   update's twenty launches into one kernel is the first cut at those chains; the table in section 7 says what it
-#   bought at each shape, and against flashlib's call.
+# * A short `fit` call is more than its iterations: measuring `x` first (now one read of `x` per pass) and assigning
+#   once more at the end, on top of about a millisecond of host work (the checks and the state's launches) at every
+#   size. Folding the update's twenty launches into one kernel shortened a later call at 65536 rows by a sixth to a
+#   fifth and did nothing measurable at 1M rows, where the assignment is the iteration; with it a later call beats
+#   flashlib's at most seed shapes (the `flashlib/fit` column in section 7). What is left there is host time.
 # * Ranking by bf16 centroids costs exactness against a float64 k-means on points near a boundary (a point or two of
 #   the 1797 digits); on well-separated data the answers are the same.
