@@ -44,17 +44,17 @@ points. Here:
   `KMeans(init=c0, n_init=1, algorithm="lloyd", max_iter=iters, tol=tol)` (see tests/test_fit.py).
   `tol=None` runs exactly `iters` iterations with no convergence test, so the loop never waits for the GPU.
 * **Launches**: an iteration is about twenty-five small launches (torch operations, the grouping, our kernels), each
-  costing the host 5-20 us, which at small N is far more than the GPU's work. On CUDA without a process group,
-  `fit` therefore runs the first iteration from the host (it compiles and loads everything), captures the
-  iteration body once into a CUDA graph (two: the centroid and id buffers alternate; with tol=None a third for
-  the closing assignment, which alone compares the ids) and replays it, one driver call per iteration
-  (`_GraphLoop`); every value it produces goes into fixed buffers, read by the host once per iteration with a
-  tol and only at the end with tol=None. Before the loop, x's fixed-point column totals and spread take one read
-  of x each on CUDA (`kmeans_kernels.lloyd_state`), torch's chunked passes on the CPU. The eager loop (the CPU, a process group, or
-  a capture that fails, with a warning) runs the same operations on the same inputs: the same bits. Up to four
-  loops, graphs and buffers, stay kept for the next fit on the same live x (`_KeptLoops`; its state measured
-  anew from x's values): a second fit, another start, skips the warm-up and the captures. A kept loop's GPU
-  memory (about what one fit's buffers take) goes when x does, or when newer loops push it out.
+  costing the host 5-20 us, which at small N is far more than the GPU's work. On CUDA without a process group, `fit`
+  therefore runs the first iteration from the host (it compiles and loads everything), captures the iteration body
+  once into a CUDA graph (two: the centroid and id buffers alternate; with tol=None a third for the closing
+  assignment, which alone compares the ids) and replays it, one driver call per iteration (`_GraphLoop`); every
+  value it produces goes into fixed buffers, read by the host once per iteration with a tol and only at the end with
+  tol=None. Before the loop, x's fixed-point column totals and spread take one read of x each on CUDA
+  (`kmeans_kernels.lloyd_state`), torch's chunked passes on the CPU. The eager loop (the CPU, a process group, or a
+  capture that fails, with a warning) runs the same operations on the same inputs: the same bits. Up to four loops,
+  graphs and buffers, stay kept for the next fit on the same live x (`_KeptLoops`; its state measured anew from x's
+  values): a second fit, another start, skips the warm-up and the captures. A kept loop's GPU memory (about what one
+  fit's buffers take) goes when x does, or when newer loops push it out.
 * **Inertia** (sum of squared distances, float64) is computed per iteration from the cluster sums and counts,
   O(K D) instead of a pass over x, around the data mean to avoid cancellation: entry i is the objective of
   iteration i's assignment to the fp32 centroids it started from; `inertia[-1]` is that of the returned
@@ -646,8 +646,8 @@ class _GraphLoop:
     `threshold` (tol) it also writes `status` = (ids changed, shift <= threshold), which the host reads. With no
     tol the iterations skip the comparison of ids, and the closing assignment, which needs it, has a graph of its
     own.
-    The first run is the warm-up, run eagerly (it compiles and loads the kernels); a parity's first replay
-    captures its graph. If a capture raises, the loop warns once and runs its body eagerly from then on:
+    The first run is the warm-up, run eagerly (it compiles and loads the kernels); each graph's first replay
+    captures it. If a capture raises, the loop warns once and runs its body eagerly from then on:
     the same operations on the same buffers, so the same bits."""
 
     def __init__(self, lloyd: _Lloyd, iters: int, threshold: torch.Tensor | None, graphs=None):
@@ -758,7 +758,6 @@ def _graph_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold, grap
     """`_eager_loop` with the iteration replayed from CUDA graphs (`_GraphLoop`): the same results bit for bit.
     With tol=None nothing waits for the GPU until the end; with a tol, one read of `status` per iteration.
     `loop`: a loop kept from an earlier fit on the same x (`_KeptLoops`), with its graphs; else a new one."""
-    k = lloyd.k
     loop = loop or _GraphLoop(lloyd, iters, threshold, graphs)
     loop.start(c)
     converged = strict = False
