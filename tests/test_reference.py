@@ -330,7 +330,8 @@ def _adversarial_rows(gen, K: int, D: int, column_chunk: int):
     x[-1, 0] = NAN                        # no winner at all
     x[-2, :] = 0
     x[-2, 0] = INF                        # -inf wherever c_k0 > 0: the first such k wins
-    return x, c, [a for a, _ in pairs]
+    # the winner of row c[a]: the lowest index holding that centroid (small ints can repeat a row by chance)
+    return x, c, [int((c == c[a]).all(1).nonzero()[0, 0]) for a, _ in pairs]
 
 
 @pytest.mark.parametrize("block", [1, 7, 64, "rows"])
