@@ -17,7 +17,7 @@ its 8 columns' running values in registers:
   them. The grid depends only on N, D and the SM count, so the same x gives the same bits, call after call.
 
 Every group writes its partials whether it had rows or not, so the buffers need no zeroing. The kernel takes
-16-bit x with D a multiple of 8 from a 16-byte aligned start (the update kernel's rule, `lloyd_update`); it
+16-bit x with D a multiple of 8 from a 16-byte aligned start (the update kernel's rule, `lloyd_update.check_x`); it
 compiles for sm_90a and sm_100a (plain loads, nothing arch-specific).
 """
 from __future__ import annotations
@@ -31,18 +31,12 @@ import torch
 
 import kmeans_kernels
 from kmeans_kernels.lloyd import scale_factors
-from kmeans_kernels.lloyd_update import _DTYPES, ARCHS, MAX_ROWS, VEC, _sm_count, check_shape
+from kmeans_kernels.lloyd_update import _DTYPES, ARCHS, VEC, _sm_count, _vec, check_shape, check_x, row_groups
 from workbook import launch, sass
 
-THREADS = 256        # per CTA, at most: whole row groups of D / VEC threads
 UNROLL = 4           # rows a thread loads before it adds them
 CTAS_PER_SM = 4      # the grid, at most: enough loads in flight to keep DRAM busy
 MIN_ROWS = 16        # rows per group, at least: the partials stay small beside x
-
-
-def row_groups(D: int) -> int:
-    """Row groups per CTA: whole groups of D / VEC threads in THREADS."""
-    return max(1, THREADS // (D // VEC))
 
 
 class ColumnPass:
@@ -73,14 +67,14 @@ class ColumnPass:
         acc = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float64 if self.spread else cutlass.Int64)
         acc.fill(0)
         if cutlass.const_expr(self.spread):
-            mean = cute.make_tensor(mean_ptr + lane * VEC, cute.make_layout(VEC)).load()
+            mean = _vec(mean_ptr, lane * VEC).load()
         for r in cutlass.range(group, N, stride * UNROLL, unroll=1):
             # every load first (past N, the last row again: in bounds, and never added) ...
             values = []
             for u in cutlass.range_constexpr(UNROLL):
                 row = cutlass.Int64(cutlass.min(r + u * stride, N - 1))
                 offset = cute.assume(row * self.D + lane * VEC, divby=VEC)
-                values.append(cute.make_tensor(x_ptr + offset, cute.make_layout(VEC)).load())
+                values.append(_vec(x_ptr, offset).load())
             # ... then add them
             for u in cutlass.range_constexpr(UNROLL):
                 if r + u * stride < N:
@@ -98,7 +92,7 @@ class ColumnPass:
             out[block * (self.groups * self.lanes) + tidx] = total
         else:
             offset = cute.assume(cutlass.Int64(group) * self.D + lane * VEC, divby=VEC)
-            cute.make_tensor(out_ptr + offset, cute.make_layout(VEC)).store(acc.load())
+            _vec(out_ptr, offset).store(acc.load())
 
 
 # ---- host side: compile (no GPU needed) and run --------------------------------------------------------
@@ -142,17 +136,6 @@ def _launches(D: int, dtype: torch.dtype, spread: bool, arch: str, device: int) 
     return launch.LaunchCache(compiled, device=device, pointers=3)   # x, mean, out
 
 
-def _check_x(x: torch.Tensor) -> None:
-    if not isinstance(x, torch.Tensor) or x.ndim != 2 or not x.is_cuda or not x.is_contiguous():
-        raise ValueError("x must be a contiguous 2-D CUDA tensor")
-    check_shape(x.shape[1], x.dtype)
-    if x.data_ptr() % 16:
-        raise ValueError(f"x must start on a 16-byte boundary for the vector loads; its address is {x.data_ptr():#x}")
-    if not 1 <= x.shape[0] <= MAX_ROWS:
-        raise ValueError(f"N={x.shape[0]} is out of range: the kernel indexes rows with 32-bit integers "
-                         f"(N <= {MAX_ROWS})")
-
-
 def _buffer(shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """The partials' buffer, unzeroed: every group writes its part (tests hand in a poisoned one)."""
     return torch.empty(shape, dtype=dtype, device=device)
@@ -167,7 +150,7 @@ def _run(x: torch.Tensor, spread: bool, mean: torch.Tensor, out: torch.Tensor, s
 
 def column_totals(x: torch.Tensor, s: int) -> torch.Tensor:
     """`lloyd.fixed_point_total(x, s)` (int64 [D], exact) in one read of x; launches, never waits."""
-    _check_x(x)
+    check_x(x)
     N, D = x.shape
     ctas = grid(N, D, _sm_count(x.device.index))
     partial = _buffer((ctas * row_groups(D), D), torch.int64, x.device)
@@ -177,7 +160,7 @@ def column_totals(x: torch.Tensor, s: int) -> torch.Tensor:
 
 def spread_about(x: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     """sum over rows of ||x_i - mean||^2, float64 [], in one read of x (mean: float64 [D] on x's device)."""
-    _check_x(x)
+    check_x(x)
     N, D = x.shape
     if mean.dtype != torch.float64 or tuple(mean.shape) != (D,) or mean.device != x.device or not mean.is_contiguous():
         raise ValueError(f"mean must be a contiguous float64 tensor of shape ({D},) on {x.device}")

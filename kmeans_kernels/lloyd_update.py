@@ -61,6 +61,16 @@ ARCHS = ("sm_90a", "sm_100a")
 _DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
 
 
+def row_groups(D: int) -> int:
+    """Row groups per CTA: whole groups of D / VEC threads (one row, or one cluster, each) in THREADS."""
+    return max(1, THREADS // (D // VEC))
+
+
+def _vec(ptr: cute.Pointer, start) -> cute.Tensor:
+    """VEC consecutive elements from ptr + start (one vector load or store where aligned); traced in kernels."""
+    return cute.make_tensor(ptr + start, cute.make_layout(VEC))
+
+
 # ---- the kernel -----------------------------------------------------------------------------------------
 
 class ClusterSums:
@@ -72,7 +82,7 @@ class ClusterSums:
         self.dtype = dtype
         self.unroll = unroll
         self.lanes = D // VEC                     # threads per row
-        self.groups = max(1, THREADS // self.lanes)  # row groups per CTA
+        self.groups = row_groups(D)
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, ids_ptr: cute.Pointer, order_ptr: cute.Pointer,
@@ -111,7 +121,7 @@ class ClusterSums:
             for u in cutlass.range_constexpr(self.unroll):
                 # D is a multiple of VEC, so every thread's 8 elements start on a 16-byte boundary
                 offset = cute.assume(batch_rows[u] * self.D + lane * VEC, divby=VEC)
-                values.append(cute.make_tensor(x_ptr + offset, cute.make_layout(VEC)).load())
+                values.append(_vec(x_ptr, offset).load())
             # ... then add them, flushing a run where the id changes
             for u in cutlass.range_constexpr(self.unroll):
                 if i + u < end:
@@ -142,11 +152,6 @@ class ClusterSums:
 
 # ---- the new centroids and the inertia terms, one pass over the sums --------------------------------------
 
-def _vec(ptr: cute.Pointer, start) -> cute.Tensor:
-    """VEC consecutive elements from ptr + start (one vector load or store where aligned); traced in kernels."""
-    return cute.make_tensor(ptr + start, cute.make_layout(VEC))
-
-
 class CentroidUpdate:
     """From the cluster sums and counts: each cluster's new centroid (its mean, rounded once to fp32; an empty
     cluster keeps its centroid) and its inertia term about the data mean. One group of D / VEC threads per
@@ -155,7 +160,7 @@ class CentroidUpdate:
     def __init__(self, D: int):
         self.D = D
         self.lanes = D // VEC
-        self.groups = max(1, THREADS // self.lanes)
+        self.groups = row_groups(D)
 
     @cute.jit
     def __call__(self, sums_ptr: cute.Pointer, counts_ptr: cute.Pointer, c_ptr: cute.Pointer,
@@ -331,8 +336,7 @@ def check_shape(D: int, dtype: torch.dtype) -> None:
 def rows_per_group(N: int, D: int, sm_count: int) -> int:
     """Sorted rows per group: ROWS_PER_GROUP (long runs, few atomics), or fewer, in steps of UNROLL, where N
     would otherwise leave SMs idle. At 1M x 128, 64; at 65536 x 128 on 132 SMs, 4 (1024 CTAs, not 64)."""
-    groups = max(1, THREADS // (D // VEC))
-    fit = N // (groups * CTAS_PER_SM * sm_count)
+    fit = N // (row_groups(D) * CTAS_PER_SM * sm_count)
     return max(UNROLL, min(ROWS_PER_GROUP, fit // UNROLL * UNROLL))
 
 
@@ -371,8 +375,9 @@ def _launches(D: int, dtype: torch.dtype, arch: str, device: int) -> launch.Laun
     return launch.LaunchCache(compiled, device=device, pointers=5)   # x, ids, order, sums, counts
 
 
-def check_inputs(x, sorted_ids, order, sums, counts) -> None:
-    """The kernel's preconditions, each failure named."""
+def check_x(x) -> None:
+    """What a kernel walking x in 16-byte row slices needs of it (this module's and `lloyd_state`'s), each
+    failure named."""
     if not isinstance(x, torch.Tensor) or x.ndim != 2 or not x.is_cuda or not x.is_contiguous():
         raise ValueError("x must be a contiguous 2-D CUDA tensor")
     N, D = x.shape
@@ -381,6 +386,12 @@ def check_inputs(x, sorted_ids, order, sums, counts) -> None:
         raise ValueError(f"x must start on a 16-byte boundary for the vector loads; its address is {x.data_ptr():#x}")
     if not 1 <= N <= MAX_ROWS:
         raise ValueError(f"N={N} is out of range: the kernel indexes rows with 32-bit integers (N <= {MAX_ROWS})")
+
+
+def check_inputs(x, sorted_ids, order, sums, counts) -> None:
+    """The kernel's preconditions, each failure named."""
+    check_x(x)
+    N, D = x.shape
     want = {"sorted_ids": (sorted_ids, torch.int32, (N,)), "order": (order, torch.int64, (N,)),
             "counts": (counts, torch.int64, None), "sums": (sums, torch.int64, None)}
     for name, (t, dtype, shape) in want.items():
@@ -459,8 +470,9 @@ def centroid_update(sums: torch.Tensor, counts: torch.Tensor, c: torch.Tensor, m
     for name, (t, dtype) in want.items():
         if not isinstance(t, torch.Tensor) or t.dtype != dtype or not t.is_cuda or not t.is_contiguous():
             raise ValueError(f"{name} must be a contiguous {dtype} CUDA tensor")
-        if t.device != c.device or t.data_ptr() % (16 if name in ("sums", "c", "mean", "out") else 8):
-            raise ValueError(f"{name} must be on {c.device}, 16-byte aligned")
+        align = 16 if name in ("sums", "c", "mean", "out") else 8   # vector loads and stores, or scalar ones
+        if t.device != c.device or t.data_ptr() % align:
+            raise ValueError(f"{name} must be on {c.device}, {align}-byte aligned")
     check_shape(D, torch.bfloat16)
     if (sums.ndim != 2 or sums.shape[1] != D or sums.shape[0] < k or counts.ndim != 1 or counts.shape[0] < k
             or tuple(mean.shape) != (D,) or tuple(out.shape) != (k, D) or tuple(terms.shape) != (k * (D // VEC),)):

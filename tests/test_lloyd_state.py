@@ -46,12 +46,13 @@ def test_kernels_compile_for_sm_100a():
 
 def test_grid_fills_the_gpu_keeps_groups_busy_and_indices_in_32_bits():
     from kmeans_kernels import lloyd_state as ls
+    from kmeans_kernels import lloyd_update as lu
     assert ls.grid(1 << 20, 128, 132) == ls.CTAS_PER_SM * 132
     assert ls.grid(1, 128, 132) == 1 and ls.grid(100, 64, 132) == 1
-    for N, D in [(65536, 64), (65536, 128), (262144, 256), (5037, 72), (ls.MAX_ROWS, 16), (ls.MAX_ROWS, 512)]:
+    for N, D in [(65536, 64), (65536, 128), (262144, 256), (5037, 72), (lu.MAX_ROWS, 16), (lu.MAX_ROWS, 512)]:
         ctas = ls.grid(N, D, 132)
         groups = ls.row_groups(D)
-        assert groups * (D // ls.VEC) <= ls.THREADS and 1 <= ctas <= ls.CTAS_PER_SM * 132
+        assert groups * (D // ls.VEC) <= lu.THREADS and 1 <= ctas <= ls.CTAS_PER_SM * 132
         assert N >= ctas * groups * ls.MIN_ROWS or ctas == 1
         assert N + ls.UNROLL * ctas * groups <= 2**31 - 1
 
