@@ -93,6 +93,7 @@ SAMPLE_MIN = 8192
 FIXED_POINT_BITS = 62     # sums of N fixed-point values stay below 2^62 < 2^63
 UPDATES = ("sorted", "index_add")  # the per-iteration sums: rows grouped by id + kernel (CUDA), or index_add_ of a fixed-point copy
 _CUDA_UPDATE = "sorted"   # what fit uses on CUDA (tests switch it to compare the two)
+_ALL_ZERO = -(1 << 30)     # `_top_exponent` of an x of zeros
 _CHUNK_ELEMENTS = 1 << 22  # elements per chunk of the passes over x in torch: 16 MiB of fp32, 32 MiB of int64
 
 
@@ -257,8 +258,6 @@ def _local_problem(x, k, iters, tol, init, variant, group) -> str | None:
     elif isinstance(init, torch.Tensor):
         if init.shape != (k, x.shape[1]) or not init.is_floating_point():
             return f"an init tensor must be floating [k, D] = [{k}, {x.shape[1]}]; got {init.dtype} {tuple(init.shape)}"
-        if not bool(torch.isfinite(init).all()):
-            return "the init tensor has NaN or inf entries"
     else:
         return f"init must be one of {INIT_METHODS} or a [k, D] tensor; got {type(init).__name__}"
     if x.device.type == "cpu" and variant != "auto":
@@ -273,11 +272,19 @@ def _local_problem(x, k, iters, tol, init, variant, group) -> str | None:
     return None
 
 
+def _extent(x: torch.Tensor, init) -> tuple[float, float, bool]:
+    """x's smallest and largest value (NaN where x has one) and whether `init`, where it is a tensor, is finite:
+    one pass over x and one wait for its device, which fit's checks and its fixed-point scale share."""
+    lo, hi = torch.aminmax(x)   # one pass; NaN propagates into both
+    values = [lo.float(), hi.float()]
+    if isinstance(init, torch.Tensor):
+        values.append(torch.isfinite(init).all().to(device=x.device, dtype=torch.float32))
+    read = torch.stack(values).tolist()
+    return read[0], read[1], len(read) < 3 or read[2] == 1.0
+
+
 def _nonfinite_row(x: torch.Tensor) -> int:
-    """The first row of x holding a NaN or inf, or -1."""
-    lo, hi = torch.aminmax(x)  # one pass; NaN propagates into both
-    if bool(torch.isfinite(lo) & torch.isfinite(hi)):
-        return -1
+    """The first row of x holding a NaN or inf, or -1 (called once x's extent says there is one)."""
     step = max(1, _CHUNK_ELEMENTS // x.shape[1])
     for r0 in range(0, x.shape[0], step):
         bad = ~torch.isfinite(x[r0:r0 + step]).all(dim=1)
@@ -286,17 +293,33 @@ def _nonfinite_row(x: torch.Tensor) -> int:
     return -1
 
 
-def _check(x, k, iters, tol, init, variant, shards: _Shards, comm: torch.device) -> None:
+def _top_exponent(lo: float, hi: float) -> int:
+    """e with max(|lo|, |hi|) < 2^e; _ALL_ZERO where both are 0, below every other, so that the maximum over
+    ranks is the exponent of the largest |x| of all."""
+    top = max(-lo, hi)
+    return math.frexp(top)[1] if top > 0 else _ALL_ZERO
+
+
+def _check(x, k, iters, tol, init, variant, shards: _Shards, comm: torch.device) -> int:
     """Validate on every rank together, so that a bad shard makes every rank raise instead of one rank
-    raising and the others waiting in the next collective. Sets the shard sizes."""
+    raising and the others waiting in the next collective. Sets the shard sizes and returns the exponent of
+    the largest |x| over all ranks (`_top_exponent`), which `_scale_exponent` takes."""
     problem = _local_problem(x, k, iters, tol, init, variant, shards.group)
-    bad_row = -1 if problem is not None else _nonfinite_row(x)
+    bad_row, top = -1, _ALL_ZERO
+    if problem is None:
+        lo, hi, init_finite = _extent(x, init)
+        if not init_finite:
+            problem = "the init tensor has NaN or inf entries"
+        elif math.isfinite(lo) and math.isfinite(hi):
+            top = _top_exponent(lo, hi)
+        else:
+            bad_row = _nonfinite_row(x)
     mine = torch.tensor([problem is None, x.shape[0] if problem is None else 0,
-                         x.shape[1] if problem is None else 0, bad_row], dtype=torch.int64, device=comm)
+                         x.shape[1] if problem is None else 0, bad_row, top], dtype=torch.int64, device=comm)
     facts = [p.tolist() for p in shards.all_gather(mine)]
     if problem is not None:
         raise ValueError(problem)
-    for r, (ok, n, D, row) in enumerate(facts):
+    for r, (ok, n, D, row, _) in enumerate(facts):
         where = "" if shards.group is None else f"rank {r}'s shard: "
         if not ok:
             raise ValueError(f"rank {r} was given invalid input (its own error says what)")
@@ -305,18 +328,20 @@ def _check(x, k, iters, tol, init, variant, shards: _Shards, comm: torch.device)
         if row >= 0:
             raise ValueError(f"{where}row {row} of x has a NaN or inf; fit needs finite points "
                              f"(drop or impute those rows first)")
-    shards.set_sizes([n for _, n, _, _ in facts])
+    shards.set_sizes([n for _, n, _, _, _ in facts])
     if k > shards.total:
         raise ValueError(f"k={k} is more clusters than points (N={shards.total})")
+    return max(top for *_, top in facts)
 
 
-def _scale_exponent(x: torch.Tensor, shards: _Shards) -> int:
-    """s such that every |x * 2^s| < 2^(62 - ceil(log2 N)): N of them sum below 2^62."""
-    lo, hi = torch.aminmax(x)
-    amax = torch.maximum(-lo, hi).float().reshape(1)
-    amax = float(shards.all_reduce(amax, dist.ReduceOp.MAX)[0])
-    _, e = math.frexp(amax)  # amax < 2^e (e = 0 for amax = 0)
-    return FIXED_POINT_BITS - math.ceil(math.log2(shards.total)) - e
+def _scale_exponent(x: torch.Tensor, shards: _Shards, top: int | None = None) -> int:
+    """s such that every |x * 2^s| < 2^(62 - ceil(log2 N)): N of them sum below 2^62. `top`: the exponent of the
+    largest |x| over all ranks (`_top_exponent`), where the caller has it; else read from x here."""
+    if top is None:
+        lo, hi = torch.aminmax(x)
+        mine = torch.tensor([_top_exponent(float(lo), float(hi))], dtype=torch.int64, device=x.device)
+        top = int(shards.all_reduce(mine, dist.ReduceOp.MAX)[0])
+    return FIXED_POINT_BITS - math.ceil(math.log2(shards.total)) - (0 if top == _ALL_ZERO else top)
 
 
 def scale_factors(s: int) -> tuple[float, float]:
@@ -426,7 +451,8 @@ class _Lloyd:
     the update needs per iteration. `update`: "sorted" (CUDA only: group the rows by id, sum runs from x itself) or
     "index_add" (a fixed-point copy of x, made once); None: "sorted" on CUDA, "index_add" on the CPU."""
 
-    def __init__(self, x: torch.Tensor, k: int, variant: str, shards: _Shards, update: str | None = None):
+    def __init__(self, x: torch.Tensor, k: int, variant: str, shards: _Shards, update: str | None = None,
+                 top: int | None = None):
         self.x, self.k, self.shards = x, k, shards
         N, D = shards.total, x.shape[1]
         if x.is_cuda:
@@ -439,7 +465,7 @@ class _Lloyd:
         if self.update_method not in UPDATES or (self.update_method == "sorted" and not x.is_cuda):
             raise ValueError(f"update {self.update_method!r}: choose from {UPDATES} ('sorted' on CUDA only)")
         self.s = None
-        self.measure()
+        self.measure(top)
         if x.is_cuda:
             from kmeans_kernels import lloyd_update   # CuTe DSL: imported with the CUDA path only
             self.centroid_update = lloyd_update.centroid_update
@@ -459,34 +485,45 @@ class _Lloyd:
         self.c_sq = torch.empty(k, dtype=torch.float32, device=x.device)
         self.unassigned = torch.zeros((), dtype=torch.int64, device=x.device)
 
-    def measure(self) -> bool:
+    def measure(self, top: int | None = None, passes=None) -> bool:
         """x's fixed-point scale s, its mean and its spread (sum ||x - mean||^2 over all points), from x's values
         now. A state that has them already (a kept loop, whose graphs read these tensors and hold the scale)
         gets the new values written into the same tensors, and only if the scale is the same: else False, and
-        nothing changes."""
+        nothing changes. `top`: the exponent of x's largest |value|, where fit's checks read it (`_check`).
+        `passes`: what runs `measure_passes` (a kept loop replays it from a graph); by default, itself."""
         x, shards = self.x, self.shards
-        N, D = shards.total, x.shape[1]
-        s = _scale_exponent(x, shards)
+        s = _scale_exponent(x, shards, top)
         if self.s is not None and s != self.s:
             return False
+        if self.s is None:
+            self.s, self.unit = s, math.ldexp(1.0, -s)   # unit: the value of one fixed-point step
+            self.mean = torch.empty(x.shape[1], dtype=torch.float64, device=x.device)
+            self.spread = torch.empty((), dtype=torch.float64, device=x.device)
+            self.variance = torch.empty((), dtype=torch.float64, device=x.device)
+            self.xq = None
+        (passes or self.measure_passes)()
+        return True
+
+    def measure_passes(self) -> None:
+        """The passes over x behind `measure`, at the scale self.s, into the state's tensors: the mean, the spread,
+        the mean per-feature variance (scikit-learn's tol is relative to it) and the CPU update's fixed-point
+        copy of x. Launches only, nothing waits: a kept loop captures them."""
+        x, shards = self.x, self.shards
+        N, D = shards.total, x.shape[1]
         if x.is_cuda:
             from kmeans_kernels import lloyd_state   # CuTe DSL: one read of x per pass, not torch's several
             total_of, spread_of = lloyd_state.column_totals, lloyd_state.spread_about
         else:
             total_of, spread_of = fixed_point_total, spread_about
-        unit = math.ldexp(1.0, -s)   # the value of one fixed-point step
-        mean = (shards.all_reduce(total_of(x, s)).double() * unit) / N
-        spread = shards.all_reduce(spread_of(x, mean).reshape(1))[0]
-        xq = fixed_point(x, s) if self.update_method == "index_add" else None   # the CPU update's copy of x
-        if self.s is None:
-            self.s, self.unit, self.mean, self.spread, self.xq = s, unit, mean, spread, xq
-        else:
-            self.mean.copy_(mean)
-            self.spread.copy_(spread)
-            if xq is not None:
+        self.mean.copy_((shards.all_reduce(total_of(x, self.s)).double() * self.unit) / N)
+        self.spread.copy_(shards.all_reduce(spread_of(x, self.mean).reshape(1))[0])
+        torch.div(self.spread, N * D, out=self.variance)
+        if self.update_method == "index_add":
+            xq = fixed_point(x, self.s)
+            if self.xq is None:
+                self.xq = xq
+            else:
                 self.xq.copy_(xq)
-        self.variance = self.spread / (N * D)   # mean per-feature variance, as scikit-learn's tol
-        return True
 
     def assign(self, c: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
         """ids of x to c rounded to x's dtype, into `out`. The rounded centroids and their norms live in the
@@ -550,6 +587,7 @@ class _Lloyd:
 
 
 _GRAPHS = True   # fit replays its CUDA iteration from a graph (tests and the bench switch it off to compare)
+_STATE_GRAPH = True   # a later fit on a kept loop replays the state's passes from a graph (a probe compares)
 
 
 def _eager_loop(lloyd: _Lloyd, c: torch.Tensor, iters: int, tol, threshold):
@@ -660,7 +698,7 @@ class _GraphLoop:
         self.count = torch.zeros(1, dtype=torch.int64, device=x.device)
         self.status = torch.zeros(2, dtype=torch.int64, device=x.device)
         self.backend = graphs if graphs is not None else (_CudaGraphs(x.device) if x.is_cuda else _Eager())
-        self.graphs: dict = {}   # (parity, whether it compares ids) -> graph
+        self.graphs: dict = {}   # (parity, whether it compares ids) -> graph; "state" -> measure's passes
         self.warm = False    # the first run (eager) has loaded everything a capture needs
         self.eager = False   # a capture failed: run the body from the host
         self.runs = 0        # the host's copy of `count`
@@ -693,19 +731,29 @@ class _GraphLoop:
             self.backend.warm_up(lambda: self.body(*key))
             self.warm = True
         else:
-            if not self.eager and key not in self.graphs:
-                self._capture(key)
-            if self.eager:
-                self.body(*key)
-            else:
-                self.graphs[key].replay()
+            self._replay(key, lambda: self.body(*key))
         self.runs += 1
 
-    def _capture(self, key: tuple) -> None:
-        """Capture the graph of body(*key); if that raises, warn and go eager (the capture ran nothing)."""
+    def measure(self, top: int | None) -> bool:
+        """`_Lloyd.measure` for a later fit on this loop's x, its passes over x replayed from a graph of their own
+        (captured the first time; they ran from the host when the loop was made)."""
+        passes = self.lloyd.measure_passes
+        return self.lloyd.measure(top, lambda: self._replay("state", passes) if _STATE_GRAPH else passes())
+
+    def _replay(self, key, body) -> None:
+        """Replay the graph of `body` (captured the first time), or run body from the host where captures failed."""
+        if not self.eager and key not in self.graphs:
+            self._capture(key, body)
+        if self.eager:
+            body()
+        else:
+            self.graphs[key].replay()
+
+    def _capture(self, key, body) -> None:
+        """Capture the graph of body(); if that raises, warn and go eager (the capture ran nothing)."""
         try:
             with _no_marks():
-                self.graphs[key] = self.backend.capture(lambda: self.body(*key))
+                self.graphs[key] = self.backend.capture(body)
         except Exception as e:  # noqa: BLE001 - any failure to capture: the eager body is the same
             first = (str(e).strip().splitlines() or [""])[0]
             warnings.warn(f"fit: capturing the Lloyd iteration into a CUDA graph failed ({type(e).__name__}: "
@@ -727,13 +775,13 @@ class _KeptLoops:
         self.limit = limit
         self.loops: dict = {}    # (id(x), key) -> (weak reference to x, _GraphLoop)
 
-    def take(self, x: torch.Tensor, key: tuple) -> _GraphLoop | None:
+    def take(self, x: torch.Tensor, key: tuple, top: int | None = None) -> _GraphLoop | None:
         entry = self.loops.pop((id(x), key), None)
         if entry is None or entry[0]() is not x:
             return None
         loop = entry[1]
         loop.lloyd.x = x
-        if not loop.lloyd.measure():
+        if not loop.measure(top):
             return None
         loop.lloyd.unassigned.zero_()
         return loop
@@ -798,17 +846,19 @@ def fit(x: torch.Tensor, k: int, *, iters: int = 100, tol: float | None = 1e-4,
     """
     comm = _comm_device(group)
     shards = _Shards(group, 0)
-    _check(x, k, iters, tol, init, variant, shards, comm)
+    top = _check(x, k, iters, tol, init, variant, shards, comm)
     graphed = x.is_cuda and group is None and _GRAPHS
-    return _run(x, k, iters, tol, init, seed, variant, shards, _KEPT if graphed else None)
+    return _run(x, k, iters, tol, init, seed, variant, shards, _KEPT if graphed else None, top=top)
 
 
-def _run(x, k, iters, tol, init, seed, variant, shards: _Shards, kept: _KeptLoops | None, graphs=None) -> FitResult:
+def _run(x, k, iters, tol, init, seed, variant, shards: _Shards, kept: _KeptLoops | None, graphs=None,
+         top: int | None = None) -> FitResult:
     """fit after its checks: the eager loop where `kept` is None, else the graph loop, on a loop that `kept`
-    holds for this x when it holds one (and then keeps for the next fit: its graphs are captured already)."""
+    holds for this x when it holds one (and then keeps for the next fit: its graphs are captured already).
+    `top`: what `_check` returned (x's magnitude, for the fixed-point scale), else read again from x."""
     key = (k, variant, iters, tol is None)
-    loop = kept.take(x, key) if kept is not None else None
-    lloyd = loop.lloyd if loop is not None else _Lloyd(x, k, variant, shards)
+    loop = kept.take(x, key, top) if kept is not None else None
+    lloyd = loop.lloyd if loop is not None else _Lloyd(x, k, variant, shards, top=top)
     c = _initial_centroids(x, k, init, seed, shards)
     threshold = None if tol is None else tol * lloyd.variance
     if kept is None:

@@ -229,6 +229,33 @@ def test_sharded_fit_on_two_gloo_processes_equals_one_process():
     assert one.iterations > 1
 
 
+def test_sharded_scale_comes_from_the_largest_shard_when_a_shard_is_all_zeros():
+    """Each rank reads its own shard's magnitude (`_top_exponent`) with its checks, and the scale comes from the
+    largest over ranks: a rank of zeros must count as the smallest, not as 2^0. Two clusters at +-0.375 (max|x|
+    < 2^-1), and one coordinate 2^-52, exactly the smallest step of the grid the right scale gives at N = 2000:
+    a scale one step coarser would truncate it, and the cluster's centroid would lose it."""
+    x = torch.zeros(2000, 4, dtype=bf16)
+    x[1000:1500, 0], x[1500:, 0] = 0.375, -0.375
+    x[1700, 1] = 2.0 ** -52
+    init = torch.tensor([[0.375, 0, 0, 0], [-0.375, 0, 0, 0]])
+    one = kmeans_kernels.fit(x, 2, init=init, iters=3, tol=None)
+    assert float(one.centroids[1, 1]) > 0            # the coordinate counted, single process
+    ranks = lloyd_distributed.run_sharded(x, 2, world=2, sizes=[1000, 1000], init=init, iters=3, tol=None)
+    for r in ranks:
+        assert torch.equal(r.centroids, one.centroids)
+
+
+@pytest.mark.parametrize("values", [[0.0], [-0.0, 0.0], [0.375], [-0.375, 0.25], [3.0, -5.0], [2.0 ** -133],
+                                    [1.0, 2.0 ** -20], [-65504.0]])
+def test_the_checks_scale_equals_the_one_read_from_x(values):
+    """fit's checks hand the fixed-point scale's magnitude on (one read of x for both): the same scale."""
+    x = torch.tensor(values + [0.0] * (8 - len(values)), dtype=torch.float32).to(bf16).reshape(4, 2)
+    shards = fitmod._Shards(None, 0)
+    top = fitmod._check(x, 2, 1, None, "random", "auto", shards, fitmod._comm_device(None))
+    assert fitmod._scale_exponent(x, shards, top) == fitmod._scale_exponent(x, shards)
+    assert fitmod._top_exponent(0.0, 0.0) < fitmod._top_exponent(0.0, 2.0 ** -133)
+
+
 def test_launcher_cpu_path(tmp_path, capsys):
     summary = tmp_path / "summary.json"
     assert lloyd_distributed.main(["--spawn", "2", "--n", "3001", "--d", "16", "--k", "8", "--iters", "3",

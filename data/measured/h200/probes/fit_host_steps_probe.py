@@ -1,0 +1,79 @@
+"""Probe: two host-side steps of a later `fit(x, k, iters=ITERS, tol=None, init=c0)` call (its graph loop kept from
+earlier fits on x), in whole calls, with flashlib's call, in one run taking turns (`workbook.timing.compare`, both
+timings, ratios with bootstrap 95 % intervals, ms per call):
+
+* "fit, before": the checks read x's extent and init's finiteness with a wait each, and the state reads x's
+  magnitude again (one more pass over x and wait), its passes launched from the host: the two steps undone
+  (`_check` wrapped to also wait on init's finiteness alone and to hand nothing on; `lloyd._STATE_GRAPH` off);
+* "fit, one read": the checks' one read of x's extent and init's finiteness, handed on to the scale;
+* "fit": that, and the state's passes over x replayed from the kept loop's graph (as shipped).
+
+Each contender keeps its own graph loops (`lloyd._KeptLoops`); all give the same centroids and ids (asserted).
+    python fit_host_steps_probe.py OUT_DIR [N,D,K ...]"""
+import sys
+
+import pandas as pd
+import torch
+
+import kmeans_kernels
+from kmeans_kernels import lloyd, lloyd_bench
+from workbook import records, timing
+
+ITERS = 5
+shapes = [tuple(map(int, s.split(","))) for s in sys.argv[2:]] or [
+    (65536, 64, 512), (65536, 128, 512), (65536, 128, 4096), (65536, 256, 4096), (262144, 128, 4096),
+    (1048576, 128, 4096)]
+shipped_check = lloyd._check
+
+
+def separate_reads(x, k, iters, tol, init, variant, shards, comm):
+    if isinstance(init, torch.Tensor):
+        bool(torch.isfinite(init).all())
+    shipped_check(x, k, iters, tol, init, variant, shards, comm)
+    return None   # the state then reads x's magnitude itself
+
+
+def fit_with(check, state_graph):
+    store, kept = lloyd._KeptLoops(4), lloyd._KEPT
+
+    def fn(x, c0):
+        lloyd._check, lloyd._STATE_GRAPH, lloyd._KEPT = check, state_graph, store
+        try:
+            return kmeans_kernels.fit(x, c0.shape[0], iters=ITERS, tol=None, init=c0)
+        finally:
+            lloyd._check, lloyd._STATE_GRAPH, lloyd._KEPT = shipped_check, True, kept
+    return fn
+
+
+fns = {"fit, before": fit_with(separate_reads, False), "fit, one read": fit_with(shipped_check, False),
+       "fit": fit_with(shipped_check, True)}
+try:
+    from flashlib.primitives.kmeans import flash_kmeans
+    fns["flashlib"] = lambda x, c0: flash_kmeans(x, c0.shape[0], max_iters=ITERS, tol=0.0,
+                                                 init_centroids=c0.to(x.dtype))
+except Exception as e:  # noqa: BLE001 - a comparison only
+    print(f"flashlib not importable ({type(e).__name__}: {e})", flush=True)
+
+rows = []
+for N, D, K in shapes:
+    sets = lloyd_bench.input_sets(N, D, K)
+    for x, c0 in sets:
+        want = fns["fit, before"](x, c0)
+        for name in ("fit, one read", "fit", "fit"):   # "fit" twice: its second call replays the state graph
+            got = fns[name](x, c0)
+            assert torch.equal(got.centroids, want.centroids) and torch.equal(got.ids, want.ids)
+            assert got.inertia == want.inertia, (name, got.inertia, want.inertia)
+    cmp = timing.compare(fns, sets, baseline="fit, before", rounds=10, calls=3)
+    for name in fns:
+        for t in (timing.KERNEL, timing.LATENCY):
+            r = cmp.ratio(name, t)
+            rows.append(dict(N=N, D=D, K=K, contender=name, timing=t, ms=cmp.timing(name, t).ms_median,
+                             vs="fit, before", ratio=r.value, lo=r.lo, hi=r.hi))
+    print(f"{N}x{D}x{K} done", flush=True)
+
+df = pd.DataFrame(rows)
+for key, value in records.provenance().items():
+    df[key] = value
+df.to_csv(f"{sys.argv[1]}/fit_host_steps.csv", index=False)
+pd.set_option("display.width", 200)
+print(df[["N", "D", "K", "contender", "timing", "ms", "ratio", "lo", "hi"]].round(4).to_string(index=False))
