@@ -47,14 +47,7 @@ def fit_with(check, state_graph):
 
 fns = {"fit, before": fit_with(separate_reads, False), "fit, one read": fit_with(shipped_check, False),
        "fit": fit_with(shipped_check, True)}
-try:
-    from flashlib.primitives.kmeans import flash_kmeans
-    fns["flashlib"] = lambda x, c0: flash_kmeans(x, c0.shape[0], max_iters=ITERS, tol=0.0,
-                                                 init_centroids=c0.to(x.dtype))
-except Exception as e:  # noqa: BLE001 - a comparison only
-    print(f"flashlib not importable ({type(e).__name__}: {e})", flush=True)
-
-rows = []
+frames = []
 for N, D, K in shapes:
     sets = lloyd_bench.input_sets(N, D, K)
     for x, c0 in sets:
@@ -63,17 +56,15 @@ for N, D, K in shapes:
             got = fns[name](x, c0)
             assert torch.equal(got.centroids, want.centroids) and torch.equal(got.ids, want.ids)
             assert got.inertia == want.inertia, (name, got.inertia, want.inertia)
-    cmp = timing.compare(fns, sets, baseline="fit, before", rounds=10, calls=3)
-    for name in fns:
-        for t in (timing.KERNEL, timing.LATENCY):
-            r = cmp.ratio(name, t)
-            rows.append(dict(N=N, D=D, K=K, contender=name, timing=t, ms=cmp.timing(name, t).ms_median,
-                             vs="fit, before", ratio=r.value, lo=r.lo, hi=r.hi))
+    flashlib = lloyd_bench.contenders({"flashlib"}, ITERS, sets)   # empty where flashlib is not importable
+    cmp = timing.compare({**fns, **flashlib}, sets, baseline="fit, before", rounds=10, calls=3)
+    frames.append(cmp.frame(dict(N=N, D=D, K=K)))
     print(f"{N}x{D}x{K} done", flush=True)
 
-df = pd.DataFrame(rows)
+df = pd.concat(frames, ignore_index=True)
 for key, value in records.provenance().items():
     df[key] = value
 df.to_csv(f"{sys.argv[1]}/fit_host_steps.csv", index=False)
 pd.set_option("display.width", 200)
-print(df[["N", "D", "K", "contender", "timing", "ms", "ratio", "lo", "hi"]].round(4).to_string(index=False))
+print(df[["N", "D", "K", "kernel", "variant", "timing", "ms_median", "ratio", "ratio_lo", "ratio_hi"]].round(4)
+      .to_string(index=False))
