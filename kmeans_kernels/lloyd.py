@@ -53,7 +53,8 @@ points. Here:
   (`kmeans_kernels.lloyd_state`), torch's chunked passes on the CPU. The eager loop (the CPU, a process group, or a
   capture that fails, with a warning) runs the same operations on the same inputs: the same bits. Up to four loops,
   graphs and buffers, stay kept for the next fit on the same live x (`_KeptLoops`; its state measured anew from x's
-  values): a second fit, another start, skips the warm-up and the captures. A kept loop's GPU memory (about what one
+  values, the passes replayed from a graph of the loop's): a second fit, another start, skips the warm-up and the
+  captures. The checks read x's extent once, with one wait, and hand its magnitude on to the fixed-point scale. A kept loop's GPU memory (about what one
   fit's buffers take) goes when x does, or when newer loops push it out.
 * **Inertia** (sum of squared distances, float64) is computed per iteration from the cluster sums and counts,
   O(K D) instead of a pass over x, around the data mean to avoid cancellation: entry i is the objective of
