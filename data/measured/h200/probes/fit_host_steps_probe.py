@@ -9,7 +9,9 @@ timings, ratios with bootstrap 95 % intervals, ms per call):
 * "fit": that, and the state's passes over x replayed from the kept loop's graph (as shipped).
 
 Each contender keeps its own graph loops (`lloyd._KeptLoops`); all give the same centroids and ids (asserted).
-    python fit_host_steps_probe.py OUT_DIR [N,D,K ...]"""
+`--twin` adds "fit, twin": the shipped code again with loops of its own, a control for what a contender's own
+buffers (where the allocator put them) or its place in the turns do to its time.
+    python fit_host_steps_probe.py OUT_DIR [--twin] [--rounds R] [N,D,K ...]"""
 import sys
 
 import pandas as pd
@@ -20,7 +22,11 @@ from kmeans_kernels import lloyd, lloyd_bench
 from workbook import records, timing
 
 ITERS = 5
-shapes = [tuple(map(int, s.split(","))) for s in sys.argv[2:]] or [
+args = sys.argv[2:]
+twin = "--twin" in args
+rounds = int(args[args.index("--rounds") + 1]) if "--rounds" in args else 10
+args = [a for i, a in enumerate(args) if a != "--twin" and a != "--rounds" and (i == 0 or args[i - 1] != "--rounds")]
+shapes = [tuple(map(int, s.split(","))) for s in args] or [
     (65536, 64, 512), (65536, 128, 512), (65536, 128, 4096), (65536, 256, 4096), (262144, 128, 4096),
     (1048576, 128, 4096)]
 shipped_check = lloyd._check
@@ -47,17 +53,19 @@ def fit_with(check, state_graph):
 
 fns = {"fit, before": fit_with(separate_reads, False), "fit, one read": fit_with(shipped_check, False),
        "fit": fit_with(shipped_check, True)}
+if twin:
+    fns["fit, twin"] = fit_with(shipped_check, True)
 frames = []
 for N, D, K in shapes:
     sets = lloyd_bench.input_sets(N, D, K)
     for x, c0 in sets:
         want = fns["fit, before"](x, c0)
-        for name in ("fit, one read", "fit", "fit"):   # "fit" twice: its second call replays the state graph
+        for name in [n for n in fns if n != "fit, before" for _ in range(2)]:   # a second call replays the state graph
             got = fns[name](x, c0)
             assert torch.equal(got.centroids, want.centroids) and torch.equal(got.ids, want.ids)
             assert got.inertia == want.inertia, (name, got.inertia, want.inertia)
     flashlib = lloyd_bench.contenders({"flashlib"}, ITERS, sets)   # empty where flashlib is not importable
-    cmp = timing.compare({**fns, **flashlib}, sets, baseline="fit, before", rounds=10, calls=3)
+    cmp = timing.compare({**fns, **flashlib}, sets, baseline="fit, before", rounds=rounds, calls=3)
     frames.append(cmp.frame(dict(N=N, D=D, K=K)))
     print(f"{N}x{D}x{K} done", flush=True)
 
