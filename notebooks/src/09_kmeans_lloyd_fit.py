@@ -279,9 +279,11 @@ plots.dumbbell([f"{n}×{d}×{k}" for n, d, k in calls.index], {c: calls[c] for c
 plt.show()
 if HOST_FILE.exists():
     host = pd.read_csv(HOST_FILE)
-    print(f"{HOST_FILE.relative_to(ROOT)}, commit {host.commit.iloc[0]}: ms per call and ratio to 'fit, before'")
-    display(host.pivot_table(index=["N", "D", "K", "timing"], columns="kernel",
-                             values=["ms_median", "ratio", "ratio_lo", "ratio_hi"]).round(3))
+    host["ratio [95 %]"] = [f"{r:.3f} [{lo:.3f}, {hi:.3f}]" for r, lo, hi in zip(host.ratio, host.ratio_lo, host.ratio_hi)]
+    print(f"{HOST_FILE.relative_to(ROOT)}, commit {host.commit.iloc[0]}: a later call's time over the time of 'fit, "
+          f"before' (kernel: back to back; latency: synchronised)")
+    display(host[host.kernel != "fit, before"].pivot_table(index=["N", "D", "K"], columns=["timing", "kernel"],
+                                                           values="ratio [95 %]", aggfunc="first"))
 
 # %% [markdown]
 # The kernels made the state's GPU passes short (4.8 ms at 1M rows before them): the whole call at 1M × 128 × 4096
