@@ -319,6 +319,24 @@ def test_fit_cuda_rejects_what_the_kernels_cannot_do():
         kmeans_kernels.fit(torch.randn(256, 64, device="cuda").to(bf16), 4, variant="nope")
 
 
+@gpu
+@needs_cuda
+@pytest.mark.parametrize("init_device", ["cuda", "cpu"])
+def test_fit_cuda_names_a_nonfinite_row_or_init(init_device):
+    """The checks' one read of x's extent and the init's finiteness, on the GPU: each failure named."""
+    x = torch.randn(4096, 64, device="cuda").to(bf16)
+    init = x[:8].float().to(init_device)
+    bad_x = x.clone()
+    bad_x[3000, 17] = float("nan")
+    with pytest.raises(ValueError, match="row 3000 of x has a NaN or inf"):
+        kmeans_kernels.fit(bad_x, 8, init=init, iters=2)
+    bad_init = init.clone()
+    bad_init[5, 0] = float("-inf")
+    with pytest.raises(ValueError, match="init tensor has NaN or inf"):
+        kmeans_kernels.fit(x, 8, init=bad_init, iters=2)
+    assert kmeans_kernels.fit(x, 8, init=init, iters=2).ids.min() >= 0   # and the finite pair fits
+
+
 def test_lloyd_bench_without_a_gpu_says_where_the_rows_are(capsys):
     from kmeans_kernels import lloyd_bench
     if torch.cuda.is_available():
