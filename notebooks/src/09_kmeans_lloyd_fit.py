@@ -364,8 +364,7 @@ fig.tight_layout()
 # is most of it; at the small shape, where the update is most of it, about 20 %. The third contender, the sums
 # kernel with 8 rows in flight instead of 4, is 1 % slower at 1M rows and 4 % faster at the small shape: not a clear
 # win, so the library keeps 4.
-
-# %% [markdown]
+#
 # Two H200s (issue 20): `torchrun --nproc_per_node=2 -m kmeans_kernels.lloyd_distributed --n 2000000,8000000` times each
 # iteration on two GPUs and on one, and checks that the answers are equal. From its data file, if recorded:
 
