@@ -54,8 +54,8 @@ points. Here:
   capture that fails, with a warning) runs the same operations on the same inputs: the same bits. Up to four loops,
   graphs and buffers, stay kept for the next fit on the same live x (`_KeptLoops`; its state measured anew from x's
   values, the passes replayed from a graph of the loop's): a second fit, another start, skips the warm-up and the
-  captures. The checks read x's extent once, with one wait, and hand its magnitude on to the fixed-point scale. A kept loop's GPU memory (about what one
-  fit's buffers take) goes when x does, or when newer loops push it out.
+  captures. The checks read x's extent once, with one wait, and hand its magnitude on to the fixed-point scale. A
+  kept loop's GPU memory (about what one fit's buffers take) goes when x does, or when newer loops push it out.
 * **Inertia** (sum of squared distances, float64) is computed per iteration from the cluster sums and counts,
   O(K D) instead of a pass over x, around the data mean to avoid cancellation: entry i is the objective of
   iteration i's assignment to the fp32 centroids it started from; `inertia[-1]` is that of the returned
@@ -339,8 +339,8 @@ def _scale_exponent(x: torch.Tensor, shards: _Shards, top: int | None = None) ->
     """s such that every |x * 2^s| < 2^(62 - ceil(log2 N)): N of them sum below 2^62. `top`: the exponent of the
     largest |x| over all ranks (`_top_exponent`), where the caller has it; else read from x here."""
     if top is None:
-        lo, hi = torch.aminmax(x)
-        mine = torch.tensor([_top_exponent(float(lo), float(hi))], dtype=torch.int64, device=x.device)
+        lo, hi, _ = _extent(x, None)
+        mine = torch.tensor([_top_exponent(lo, hi)], dtype=torch.int64, device=x.device)
         top = int(shards.all_reduce(mine, dist.ReduceOp.MAX)[0])
     return FIXED_POINT_BITS - math.ceil(math.log2(shards.total)) - (0 if top == _ALL_ZERO else top)
 
