@@ -86,6 +86,11 @@ HOPPER_CANDIDATES = {
     "64x128 uniform cluster2": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=2),
     "64x64 uniform cluster2": _H(tile=(64, 64, 64), schedule="uniform", cluster_m=2),
     "64x128 stream-k cluster2": _H(tile=(64, 128, 64), schedule="uniform", cluster_m=2, stream_k=True),
+    # Pairs side by side along N sharing A ("cluster2n"): a 128-row tile's two MMA streams with the L2 traffic per
+    # CTA of a 64-row tile pair, what cuBLAS runs on few-tile K-heavy shapes (notes/perf-log.md).
+    "64 uniform cluster2n": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2),
+    "128 uniform cluster2n": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=1, cluster_n=2),
+    "64 stream-k cluster2n": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2, stream_k=True),
 }
 HOPPER_FALLBACK = "256 balanced cluster2"   # the rule's choice where the sweep has nothing nearby (= HOPPER_DEFAULT)
 

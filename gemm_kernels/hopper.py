@@ -28,7 +28,9 @@ and hands it to every warp of the slot through a small shared-memory queue (`cla
 in flight stay neighbours in the raster however the SMs drift (`dynamic=False` keeps the static walk: slot
 i runs items i, i + slots, ...). A slot is one CTA, or with `cluster_m=2` a pair of CTAs stacked along M:
 the pair runs a (2 x tile_m)-row item, each CTA TMA-loads half of the shared B tile and multicasts it to both, which
-halves B's traffic from L2. The kernel handles two tile widths:
+halves B's traffic from L2. With `cluster_n=2` the pair sits side by side along N instead: a (2 x tile_n)-column
+item, each CTA loads half of the shared A tile and multicasts it, and its own B tile. The kernel handles two tile
+widths:
   * B is always loaded with the wide TMA box, so the producer code and the byte count per stage never
     change; a narrow item just ignores the columns it does not own (they are real data or TMA's zero fill);
   * the consumers issue a narrower WGMMA (a second TiledMma, compile-time N = narrow width) over the first
@@ -113,8 +115,11 @@ class HopperGemm(Epilogues):
 
         a_rows = cfg.a_box_rows   # A's box: tile_m rows, or the top of each stage's A tile where M is shorter
         a_box = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (a_rows, cfg.tile_n, TILE_K), element, 1)
+        # The operand a pair shares is multicast: B along M (cluster_m), A along N (cluster_n).
+        a_load = cpasync.CopyBulkTensorTileG2SMulticastOp() if cutlass.const_expr(cfg.cluster_n > 1) \
+            else cpasync.CopyBulkTensorTileG2SOp()
         tma_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_box, (None, None, 0)), (a_rows, TILE_K))
+            a_load, a, cute.slice_(a_box, (None, None, 0)), (a_rows, TILE_K), num_multicast=cfg.cluster_n)
         b_load = cpasync.CopyBulkTensorTileG2SMulticastOp() if cutlass.const_expr(cfg.cluster_m > 1) \
             else cpasync.CopyBulkTensorTileG2SOp()
         tma_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
@@ -141,7 +146,7 @@ class HopperGemm(Epilogues):
         self.shared_storage = SharedStorage
         self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials, trace,
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
-            grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_m, 1, 1], min_blocks_per_mp=1,
+            grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_size, 1, 1], min_blocks_per_mp=1,
             stream=stream)
 
     # ---------------------------------------------------------------- device side
@@ -156,10 +161,11 @@ class HopperGemm(Epilogues):
         cta, _, _ = cute.arch.block_idx()
         num_ctas, _, _ = cute.arch.grid_dim()
         # A cluster of cluster_m CTAs runs one work item of cluster_m x tile_m rows; CTA `rank` owns rows
-        # rank*tile_m.. of it and loads 1/cluster_m of the shared B tile, multicast to every CTA of the cluster.
+        # rank*tile_m.. of it and loads 1/cluster_m of the shared B tile, multicast to every CTA of the cluster
+        # (along N the same with columns and A: `corner`).
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
-        cluster = cta // cfg.cluster_m
-        num_clusters = num_ctas // cfg.cluster_m
+        cluster = cta // cfg.cluster_size
+        num_clusters = num_ctas // cfg.cluster_size
         num_items = work.shape[0]
 
         if warp_idx == 0:
@@ -178,8 +184,8 @@ class HopperGemm(Epilogues):
             barrier_storage=storage.ring_barriers.data_ptr(), num_stages=cfg.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     cfg.cluster_m * self.consumer_threads // 32),
-            tx_count=stage_bytes, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
+                                                     cfg.cluster_size * self.consumer_threads // 32),
+            tx_count=stage_bytes, cta_layout_vmnk=self.cta_layout(), defer_sync=True)
         # The dynamic schedule's queue: rank 0's producer warp writes each claimed item index into every CTA of
         # the cluster (4 bytes, counted by the 'full' barrier); its readers are the consumer warps and the
         # producer warp of every CTA, and an entry is reused only when all of them have read it.
@@ -187,15 +193,15 @@ class HopperGemm(Epilogues):
             barrier_storage=storage.queue_barriers.data_ptr(), num_stages=QUEUE_DEPTH,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     cfg.cluster_m * (self.consumer_threads // 32 + 1)),
-            tx_count=4, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_m, 1, 1)), defer_sync=True)
+                                                     cfg.cluster_size * (self.consumer_threads // 32 + 1)),
+            tx_count=4, cta_layout_vmnk=self.cta_layout(), defer_sync=True)
         queue = storage.queue.data_ptr()
-        pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, 1), is_relaxed=True)
+        pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n), is_relaxed=True)
 
         sA = storage.sA.get_tensor(a_layout.outer, swizzle=a_layout.inner)   # (tile_m, 64, stages)
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)   # (tile_n, 64, stages)
 
-        pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, 1))
+        pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
@@ -243,20 +249,24 @@ class HopperGemm(Epilogues):
     @cute.jit
     def load_item(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state):
         """Producer warp: stream the K-blocks of every segment of work-list row `item`; returns the ring position."""
-        cm, tile_m = self.cfg.cluster_m, self.cfg.tile_m
+        cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
         for seg in cutlass.range_constexpr(self.cfg.segments):   # unrolled: a segment's fields load as one LDG.128
             col = seg * SEGMENT_COLS
-            m0, n0 = work[item, col] + rank * tile_m, work[item, col + 1]
+            m0, n0 = self.corner(work[item, col], work[item, col + 1], rank)
             k0, k_count = work[item, col + 3], work[item, col + 4]
             # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
             a_rows = self.cfg.a_box_rows
             gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (a_rows, TILE_K), (0, None))
             sA_box = cute.local_tile(sA, (a_rows, TILE_K, self.cfg.stages), (0, 0, 0))
             gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
-            tAsA, tAgA = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+            # The shared operand's box is split between the pair (each CTA loads its share, the multicast writes
+            # it into both); the other operand is the CTA's own. Only one of cm, cn exceeds 1, so `rank` is
+            # this CTA's place along the shared operand.
+            tAsA, tAgA = cpasync.tma_partition(tma_a, rank if cutlass.const_expr(cn > 1) else 0,
+                                               cute.make_layout(cn),
                                                cute.group_modes(sA_box, 0, 2), cute.group_modes(gA, 0, 2))
-            # With a cluster, this CTA's share of the B box (1/cm of it); the multicast writes it everywhere.
-            tBsB, tBgB = cpasync.tma_partition(tma_b, rank, cute.make_layout(cm),
+            tBsB, tBgB = cpasync.tma_partition(tma_b, rank if cutlass.const_expr(cm > 1) else 0,
+                                               cute.make_layout(cm),
                                                cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
             state = self.load_k_blocks(ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, k_count, state)
         return state
@@ -266,15 +276,18 @@ class HopperGemm(Epilogues):
         """Producer warp: TMA-load K-blocks k0 .. k0 + count - 1 of A and B into the ring; returns its position.
         range(count) plus an offset, not range(k0, k0 + count): with the latter form ptxas serialized the
         consumers' WGMMAs (C7515; test_wgmmas_are_not_serialized)."""
-        cm = self.cfg.cluster_m
+        cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
+        both = cutlass.Int16((1 << self.cfg.cluster_size) - 1)   # the multicast's targets: every CTA of the pair
         for i in range(count):
             kb = k0 + i
             ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
             full = ring.producer_get_barrier(state)
-            cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
+            if cutlass.const_expr(cn > 1):
+                cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full, mcast_mask=both)
+            else:
+                cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
             if cutlass.const_expr(cm > 1):
-                cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full,
-                          mcast_mask=cutlass.Int16((1 << cm) - 1))
+                cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full, mcast_mask=both)
             else:
                 cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
             state.advance()
@@ -323,7 +336,10 @@ class HopperGemm(Epilogues):
         while item < num_items:
             for seg in range(cfg.segments):
                 col = seg * SEGMENT_COLS
-                m0, n0, width = work[item, col] + rank * tile_m, work[item, col + 1], work[item, col + 2]
+                m0, n0 = self.corner(work[item, col], work[item, col + 1], rank)
+                width = work[item, col + 2]
+                if cutlass.const_expr(cfg.cluster_n > 1):
+                    width = cutlass.max(width - rank * cfg.tile_n, 0)   # uniform items: tile_n for both
                 k_count = work[item, col + 4]
                 if k_count > 0:
                     if cutlass.const_expr(tracing):
@@ -383,6 +399,20 @@ class HopperGemm(Epilogues):
         if cutlass.const_expr(tracing):
             self.stamp(trace, cta, 1, ctidx)
 
+    def cta_layout(self):
+        """The cluster as the pipelines' (V, M, N, K) layout: which CTAs multicast into each other's slots."""
+        return cute.make_layout((1, self.cfg.cluster_m, self.cfg.cluster_n, 1))
+
+    @cute.jit
+    def corner(self, m0, n0, rank):
+        """This CTA's (first row, first column) in a work item whose corner is (m0, n0): a pair along M splits
+        the item's rows, a pair along N its columns."""
+        if cutlass.const_expr(self.cfg.cluster_m > 1):
+            m0 = m0 + rank * self.cfg.tile_m
+        if cutlass.const_expr(self.cfg.cluster_n > 1):
+            n0 = n0 + rank * self.cfg.tile_n
+        return m0, n0
+
     @cute.jit
     def stamp(self, trace, cta, col, ctidx):
         """Trace: the first consumer warp writes the global nanosecond timer into this CTA's column `col` (a
@@ -435,7 +465,7 @@ class HopperGemm(Epilogues):
                             ticket = whole + cluster
                             if current >= whole:
                                 ticket = num_items       # this cluster's unit is loaded: it is done
-                    for peer in cutlass.range_constexpr(self.cfg.cluster_m):
+                    for peer in cutlass.range_constexpr(self.cfg.cluster_size):
                         cute.arch.store_async_dsmem(queue + claimed.index, ticket,
                                                     pipe.producer_get_barrier(claimed), peer)
             claimed.advance()
@@ -475,7 +505,7 @@ class HopperGemm(Epilogues):
         and each unit runs on a cluster of its own (`claim`), so the waits cannot form a cycle."""
         wg, t = ctidx // WARPGROUP, ctidx % WARPGROUP
         group = pipeline.NamedBarrier(barrier_id=2 + wg, num_threads=WARPGROUP)   # this warpgroup only
-        flag_ptr = counter.iterator + 2 + (flag * self.cfg.cluster_m + rank) * self.warpgroups + wg
+        flag_ptr = counter.iterator + 2 + (flag * self.cfg.cluster_size + rank) * self.warpgroups + wg
         if role == CONTRIBUTE:
             self.partial(acc, partials, arg, rank, ctidx).store(self.registers(acc).load())
             group.arrive_and_wait()            # all 128 threads' stores are issued ...
@@ -506,7 +536,7 @@ class HopperGemm(Epilogues):
         ((j * 128) + t) * 4, so a warp's 16-byte accesses cover 512 contiguous bytes."""
         n = cute.size(acc)
         wg, t = ctidx // WARPGROUP, ctidx % WARPGROUP
-        base = ((slot * self.cfg.cluster_m + rank) * self.warpgroups + wg) * (WARPGROUP * n) + t * 4
+        base = ((slot * self.cfg.cluster_size + rank) * self.warpgroups + wg) * (WARPGROUP * n) + t * 4
         return cute.make_tensor(partials.iterator + cute.assume(base, divby=4),
                                 cute.make_layout((4, n // 4), stride=(1, 4 * WARPGROUP)))
 

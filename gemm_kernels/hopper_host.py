@@ -56,16 +56,16 @@ class _Call:
     def scratch(self, stream: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """For launches on `stream`: the [next item, clusters done, stream-K flags...] int32 counter, zero
         between launches (the last cluster resets the first two, each FINISH its flag), the fp32 stream-K
-        workspace (one (cluster_m x tile_m) x tile_n partial per slot) and, with `cfg.trace`, the int64 timeline
+        workspace (one tile_m x tile_n partial per CTA of each slot) and, with `cfg.trace`, the int64 timeline
         [CTAs, TRACE_COLS]. One set per stream: launches on one stream never overlap, launches on two could."""
         found = self.scratches.get(stream)
         if found is None:
             cfg, device = self.cfg, self.work.device
             slots = self.partial_slots
             # one flag per consumer warpgroup of each CTA of each slot (`HopperGemm.settle`)
-            counter = torch.zeros(2 + slots * cfg.cluster_m * cfg.consumer_warpgroups, dtype=torch.int32,
+            counter = torch.zeros(2 + slots * cfg.cluster_size * cfg.consumer_warpgroups, dtype=torch.int32,
                                   device=device)
-            partials = (torch.empty(slots * cfg.cluster_m * cfg.tile_m * cfg.tile_n, dtype=torch.float32,
+            partials = (torch.empty(slots * cfg.cluster_size * cfg.tile_m * cfg.tile_n, dtype=torch.float32,
                                     device=device)
                         if slots else counter)   # never read without stream-K
             trace = (torch.zeros(self.sizes[4], TRACE_COLS, dtype=torch.int64, device=device) if cfg.trace
@@ -96,7 +96,7 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options, dtype: torch
     rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k, cfg.tile_m)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
     slots = min(len(rows), plan.slots) if options.persistent else len(rows)
-    sizes = (M, N, K, len(rows), slots * cfg.cluster_m)
+    sizes = (M, N, K, len(rows), slots * cfg.cluster_size)
     out_like = torch.empty(1, dtype=dtype, device=work.device).expand(M, N)
     return _Call(cfg, plan, work, _launches(cfg, device), sizes, out_like, partial_slots)
 
@@ -204,7 +204,7 @@ def compile_gemm(M: int, N: int, K: int, options: Options | None = None, *, arch
     check_shape(M, N, K)
     from workbook import gpus, sass
     cfg, _ = config_for(M, N, _options_for(M, N, K, options, overrides), gpus.H200, dtype=dtype)
-    return sass.compile_for(HopperGemm(cfg), *_args(cfg, 16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cfg.cluster_m,
+    return sass.compile_for(HopperGemm(cfg), *_args(cfg, 16, 16, 16, 16, 16, 16, 16, M, N, K, 1, cfg.cluster_size,
                                                     make_fake_stream()), arch=arch, dump_dir=dump_dir)
 
 
@@ -250,7 +250,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
     fp16; fp32 accumulation; c [M, N] of their dtype (written into `out`, of that dtype, if given).
     `options`: a `hopper_options.Options` (default: the per-shape rule's choice, `gemm_kernels.rule`; with
     keyword overrides alone, `Options()`), with any of its fields overridden by keyword (`tile`, `stages`,
-    `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`,
+    `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `cluster_n`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`,
     `stream_k`; each is described there). `autotune=True` instead times the candidates the rule and the nearest
     measured shapes favour (`rule.contenders`) on these operands at the first call of each shape, dtype and device
     in this process, and runs the fastest from then on (a first call costs their compiles and ~30 calls each)."""
@@ -297,6 +297,6 @@ def timeline(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *
     trace.fill_(-1)                      # a stamp never written reads -1, not an old launch's value
     _launch(call, a, b, out, stream)
     torch.cuda.synchronize(device)
-    frame = trace_frame(trace.cpu().numpy(), call.cfg.cluster_m)
+    frame = trace_frame(trace.cpu().numpy(), call.cfg.cluster_size)
     frame.insert(frame.columns.get_loc("row") + 1, "width", call.work[:, 2].cpu().numpy()[frame.row.to_numpy()])
     return out, frame

@@ -2,6 +2,7 @@
 
     opts = Options()                                  # the default: what `gemm_kernels.gemm(a, b)` runs
     opts = Options(schedule="uniform", cluster_m=1)   # any field by name; a bad value is a ValueError here
+    opts = Options(tile=(128, 64, 64), cluster_m=1, cluster_n=2)   # a CTA pair side by side, sharing A
     plan = plan_for(4096, 4096, opts, gpus.H200)      # the work items and waves of exactly that run
     cfg, plan = config_for(4096, 4096, opts)          # the compiled kernel's parameters (Config) and the plan
 
@@ -99,6 +100,9 @@ class Options(BackendOptions):
     "uniform". narrow_ns: the narrow widths the balanced plan may choose from, None = every one
     `narrow_widths(tile_n, epilogue)` lists (240, 224, 192, 128 for 256 and the register epilogue).
     cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
+    cluster_n: 2 pairs CTAs along N instead (cluster_m=1) to share A tiles the same way: an item is then
+    tile_m x 2 tile_n, each CTA computes one tile_n-wide half, and the plan has no narrow tiles (a balanced
+    schedule is then the uniform one), since a narrow item would leave one CTA of the pair a ragged share.
     band_rows: the L2 raster of the work list (`hopper_worklist.banded`), None = `band_rows_for(K)`; 1 keeps
     the planner's row-major order. persistent: False launches one CTA (pair) per work item and lets the
     hardware hand them out in order. dynamic: persistent CTAs take the next item from a global counter
@@ -116,6 +120,7 @@ class Options(BackendOptions):
     schedule: str = "balanced"
     narrow_ns: tuple[int, ...] | None = None
     cluster_m: int = 2    # measured best overall on the H200
+    cluster_n: int = 1
     band_rows: int | None = None
     persistent: bool = True
     dynamic: bool = True
@@ -136,13 +141,19 @@ class Options(BackendOptions):
             raise ValueError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        if self.cluster_m not in (1, 2):
-            raise ValueError(f"cluster_m must be 1 or 2, got {self.cluster_m!r}")
+        for name in ("cluster_m", "cluster_n"):
+            if getattr(self, name) not in (1, 2):
+                raise ValueError(f"{name} must be 1 or 2, got {getattr(self, name)!r}")
+        if self.cluster_m * self.cluster_n > 2:
+            raise ValueError("a cluster pairs CTAs along M (cluster_m=2) or along N (cluster_n=2), not both; "
+                             "pass cluster_m=1 with cluster_n=2")
         if self.stages is not None:
             if self.stages < 2:
                 raise ValueError(f"stages must be >= 2, got {self.stages}")
             stage_budget(tile, self.epilogue, depth=self.stages)   # ValueError when that many do not fit
         if self.narrow_ns is not None:
+            if self.cluster_n > 1:
+                raise ValueError("narrow_ns: a cluster along N (cluster_n=2) plans uniform tiles only")
             object.__setattr__(self, "narrow_ns", self._chosen_narrow())
         if self.band_rows is not None:
             check_band_rows(self.band_rows)
@@ -172,6 +183,11 @@ class Options(BackendOptions):
         return self.tile[1]
 
     @property
+    def cluster_size(self) -> int:
+        """CTAs per cluster: one work item runs on this many CTAs at once."""
+        return self.cluster_m * self.cluster_n
+
+    @property
     def ring_stages(self) -> int:
         """The ring depth this run compiles: `stages`, or the most that fit."""
         return stage_count(self.tile, self.epilogue) if self.stages is None else self.stages
@@ -184,7 +200,9 @@ class Options(BackendOptions):
 
     @property
     def narrow_choices(self) -> tuple[int, ...]:
-        """The narrow widths the balanced plan may choose from, widest first."""
+        """The narrow widths the balanced plan may choose from, widest first (none for a cluster along N)."""
+        if self.cluster_n > 1:
+            return ()
         return narrow_widths(self.tile_n, self.epilogue) if self.narrow_ns is None else self.narrow_ns
 
 
@@ -204,6 +222,7 @@ class Config:
     epilogue: str = "register"
     epi_stages: int = 2   # staged epilogue only: sub-tile buffers in flight
     cluster_m: int = 1    # 2: CTA pairs stacked along M share each B tile by TMA multicast
+    cluster_n: int = 1    # 2: CTA pairs side by side along N share each A tile by TMA multicast
     dynamic: bool = True  # items handed out in list order by a global counter (False: slot i runs i, i + slots, ...)
     defer_epilogue: bool = False   # register epilogue: item j's C goes out behind item j+1's first K-blocks
     stream_k: bool = False         # the last partial wave's items are split along K over every slot
@@ -217,6 +236,10 @@ class Config:
     @property
     def staged(self) -> bool:
         return self.epilogue == "staged"
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n
 
     @property
     def consumer_warpgroups(self) -> int:
@@ -243,19 +266,21 @@ def short_a_rows(M: int, options: Options) -> int | None:
     The box covers M in a power of two of at least 8 rows (one 128-byte swizzle atom; a divisor of tile_m, so
     the box is the top of each stage's A tile); the stage's other rows are never written, and the WGMMAs'
     output rows from them are past M, never stored. A CTA pair's second CTA starts at row tile_m, so a
-    cluster keeps whole boxes."""
+    cluster keeps whole boxes (and a pair along N splits the box between its CTAs)."""
     rows = max(8, 1 << (M - 1).bit_length())
-    return rows if options.short_a_box and options.cluster_m == 1 and rows < options.tile_m else None
+    return rows if options.short_a_box and options.cluster_size == 1 and rows < options.tile_m else None
 
 
 def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> waves.Plan:
     """The planner's work list for exactly the run `options` describe: uniform tiles, or balanced so the last
-    wave fills the GPU. An item is a cluster's tile (cluster_m x tile_m rows) and a slot is a cluster: with the
-    default CTA pairs, 66 slots on an H200. gpu: a `workbook.gpus` spec, default the GPU present or the H200."""
+    wave fills the GPU. An item is a cluster's tile (cluster_m x tile_m rows, cluster_n x tile_n columns) and a
+    slot is a cluster: with the default CTA pairs, 66 slots on an H200. gpu: a `workbook.gpus` spec, default the
+    GPU present or the H200."""
     o = Options.of(options, **overrides)
     gpu = gpu or gpus.current() or gpus.H200
-    return waves.plan(M, N, gpu=gpu, tile_m=o.tile_m * o.cluster_m, tile_ns=(o.tile_n, *o.narrow_choices),
-                      balanced=o.schedule == "balanced", schedule="static", ctas_per_item=o.cluster_m)
+    return waves.plan(M, N, gpu=gpu, tile_m=o.tile_m * o.cluster_m,
+                      tile_ns=(o.tile_n * o.cluster_n, *o.narrow_choices),
+                      balanced=o.schedule == "balanced", schedule="static", ctas_per_item=o.cluster_size)
 
 
 def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtype: torch.dtype = torch.bfloat16,
@@ -269,6 +294,7 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
         raise ValueError("stream_k splits uniform tiles; a balanced plan with narrow tiles fills its last wave "
                          "already")
     cfg = Config(dtype=dtype, tile_m=o.tile_m, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages,
-                 epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m, dynamic=o.dynamic, defer_epilogue=o.deferred,
+                 epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m,
+                 cluster_n=o.cluster_n, dynamic=o.dynamic, defer_epilogue=o.deferred,
                  stream_k=o.stream_k, a_rows=short_a_rows(M, o), trace=o.trace)
     return cfg, plan

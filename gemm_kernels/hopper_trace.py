@@ -17,7 +17,7 @@ TRACE_COLS = 2 + len(TRACE_FIELDS) * TRACE_SEGMENTS
 COLUMNS = ("cta", "cluster", "seq", "row", "entry", *TRACE_FIELDS[1:], "exit")
 
 
-def trace_frame(trace, cluster_m: int):
+def trace_frame(trace, cluster_size: int):
     """The timeline buffer [CTAs, TRACE_COLS] as a pandas DataFrame, one row per segment a CTA ran: cta,
     cluster, seq (its position in the CTA's run), row (of the work list), entry, start, data, mma_done, stored,
     exit, in microseconds from the first CTA's entry. start: the consumers have the row; data: its first
@@ -38,7 +38,7 @@ def trace_frame(trace, cluster_m: int):
             fields = stamps[2 + seq * nf: 2 + (seq + 1) * nf]
             if fields[0] < 0:
                 break
-            rec = dict(cta=cta, cluster=cta // cluster_m, seq=seq, row=int(fields[0]),
+            rec = dict(cta=cta, cluster=cta // cluster_size, seq=seq, row=int(fields[0]),
                        entry=(stamps[0] - t0) / 1e3, exit=(stamps[1] - t0) / 1e3)
             rec.update({name: (v - t0) / 1e3 for name, v in zip(TRACE_FIELDS[1:], fields[1:])})
             records.append(rec)

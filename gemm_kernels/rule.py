@@ -122,8 +122,8 @@ def few_waves(M: int, N: int) -> bool:
     from gemm_kernels import waves
     from workbook import gpus
     o = configs.HOPPER_CANDIDATES[configs.HOPPER_FALLBACK]
-    slots = waves.slots_for(gpus.current() or gpus.H200, o.cluster_m)     # the planner's own slots
-    if math.ceil(M / (o.tile_m * o.cluster_m)) * math.ceil(N / o.tile_n) >= FEW_WAVES * slots:
+    slots = waves.slots_for(gpus.current() or gpus.H200, o.cluster_size)     # the planner's own slots
+    if math.ceil(M / (o.tile_m * o.cluster_m)) * math.ceil(N / (o.tile_n * o.cluster_n)) >= FEW_WAVES * slots:
         return False
     return _plan_waves(configs.HOPPER_FALLBACK, M, N) < FEW_WAVES
 

@@ -41,9 +41,9 @@ def test_each_configuration_is_planned_as_it_runs():
     M, N, K = random_shape()
     for name, options in configs.HOPPER.items():
         w = GEMM.waves((M, N, K), H200, name)
-        cluster = options.cluster_m
+        cluster = options.cluster_size
         tile_n = options.tile_n
-        # a 2-CTA cluster is one slot of a 256-row item: 66 of them on the H200, not 132
+        # a 2-CTA cluster is one slot of a 256-row (or 2 tile_n-column) item: 66 of them on the H200, not 132
         assert w.slots == (H200.cluster_pairs if cluster == 2 else H200.sm_count), name
         assert w.item_flops == 2 * 128 * cluster * tile_n * math.ceil(K / 64) * 64, name
         plan = hopper_options.plan_for(M, N, options, H200)

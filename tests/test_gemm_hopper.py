@@ -41,6 +41,7 @@ SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="unifo
              defer_epilogue=False)
 CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2,
                defer_epilogue=False)
+CLUSTER_N = dict(REGISTER, cluster_n=2)     # the pair side by side along N, sharing A
 
 
 @pytest.mark.parametrize("kw", [REGISTER, STAGED, SEVEN, CLUSTER], ids=["register", "staged", "7-stage", "cluster"])
@@ -62,6 +63,8 @@ PIPELINED = {
     # the consumers stamp a timer around each row: stamped by one lane, not a whole warp, that serialized them
     "trace": (4096, dict(CLUSTER, trace=True)),
     "trace-balanced-narrow": (8192, dict(CLUSTER, schedule="balanced", trace=True)),
+    "cluster-n": (4096, CLUSTER_N),
+    "cluster-n-stream-k-deferred": (4096, dict(CLUSTER_N, stream_k=True, defer_epilogue=True)),
 }
 # fp16 operands: the default build (deferred register epilogue, narrow width, pairs) and the staged epilogue
 FP16_BUILDS = {
@@ -170,6 +173,43 @@ def test_cluster_multicasts_b():
     hist = opcodes(compiled(4096, 4096, 4096, **CLUSTER))
     assert count(hist, "UTMALDG.2D.MULTICAST") > 0, hist
     assert count(hist, "UTMALDG.2D") > count(hist, "UTMALDG.2D.MULTICAST"), "A stays a plain TMA load"
+
+
+def test_cluster_along_n_multicasts_a_and_loads_its_own_b():
+    """Along N the pair shares A: A's copy is the multicast one, B's a plain load, the reverse of cluster_m. A
+    K-block of a 256-wide tile is one box of A and four of B (64-column swizzle atoms), so the loads say which
+    operand is shared: one multicast per four plain loads along N, four per plain one along M."""
+    def loads(kw):
+        hist = opcodes(compiled(4096, 4096, 4096, **kw))
+        multicast = count(hist, "UTMALDG.2D.MULTICAST")
+        assert count(hist, "LDL") == 0 and count(hist, "STL") == 0, "register spills"
+        return multicast, count(hist, "UTMALDG.2D") - multicast
+    multicast, plain = loads(CLUSTER_N)
+    assert multicast > 0 and plain == 4 * multicast, (multicast, plain)
+    multicast, plain = loads(CLUSTER)
+    assert plain > 0 and multicast == 4 * plain, (multicast, plain)
+
+
+def test_a_cluster_along_n_plans_double_width_uniform_items():
+    for tile_n in (64, 128, 256):
+        o = hopper_options.Options(tile=(128, tile_n, 64), cluster_m=1, cluster_n=2)
+        plan = hopper_options.plan_for(1024, 1024, o, gpus.H200)
+        assert o.cluster_size == 2 and plan.slots == gpus.H200.cluster_pairs and plan.narrow is None
+        assert {t.width for t in plan.items} == {2 * tile_n}
+        assert {(t.m0, t.n0) for t in plan.items} == {(m, n) for m in range(0, 1024, 128)
+                                                       for n in range(0, 1024, 2 * tile_n)}
+        cfg, _ = hopper_options.config_for(1024, 1024, o, gpus.H200)
+        assert (cfg.tile_n, cfg.cluster_m, cfg.cluster_n, cfg.cluster_size, cfg.a_rows) == (tile_n, 1, 2, 2, None)
+    # a short M keeps the whole A box: the pair splits it between its two CTAs
+    assert hopper_options.short_a_rows(16, hopper_options.Options(cluster_m=1, cluster_n=2)) is None
+    assert hopper_options.short_a_rows(16, hopper_options.Options(cluster_m=1)) == 16
+
+
+@pytest.mark.parametrize("kw, match", [(dict(cluster_n=2), "not both"), (dict(cluster_m=1, cluster_n=3), "cluster_n"),
+                                       (dict(cluster_m=1, cluster_n=2, narrow_ns=(192,)), "uniform tiles only")])
+def test_a_cluster_along_n_refuses_what_it_cannot_run(kw, match):
+    with pytest.raises(ValueError, match=match):
+        hopper_options.Options(**kw)
 
 
 def test_balanced_plan_compiles_both_tile_widths():
@@ -351,6 +391,12 @@ GPU_CONFIGS = {
     "stream-k": dict(schedule="uniform", stream_k=True),
     "stream-k-deferred": dict(schedule="uniform", stream_k=True, defer_epilogue=True),
     "stream-k-c1-staged": dict(schedule="uniform", stream_k=True, cluster_m=1, epilogue="staged"),
+    # the pair along N: rank 1 owns no columns at all where N <= tile_n (77 x 8 x 8), half an item at N tails
+    "cluster2n-64": dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2),
+    "cluster2n-256-balanced": dict(cluster_m=1, cluster_n=2),     # balanced asks for no narrow tiles along N
+    "cluster2n-128-staged": dict(tile=(128, 128, 64), schedule="uniform", cluster_m=1, cluster_n=2,
+                                 epilogue="staged"),
+    "cluster2n-stream-k": dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2, stream_k=True),
 }
 # 67 items on 66 CTA pairs with 256 K-blocks each: the one tail item goes to 66 units of 3-4 K-blocks, 65 of them
 # contributing to one FINISH, while the other pairs still run ~100 us rows. Claimed like rows, the units
@@ -364,7 +410,7 @@ GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024),
 
 # fp16 operands run the same kernel with another element type: the default build, stream-K, the 128-wide
 # single-CTA build and the staged epilogue (its own conversion and stmatrix path) cover every place it enters.
-FP16_CONFIGS = ("default", "stream-k", "7-stage-128", "staged-uniform")
+FP16_CONFIGS = ("default", "stream-k", "7-stage-128", "staged-uniform", "cluster2n-64")
 DTYPE_CONFIGS = ([pytest.param(torch.bfloat16, c, id=f"bf16-{c}") for c in GPU_CONFIGS]
                  + [pytest.param(torch.float16, c, id=f"fp16-{c}") for c in FP16_CONFIGS])
 
@@ -584,8 +630,11 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
 @pytest.mark.parametrize("M,N,K", [(2048, 5120, 256), (128, 256, 64), (1000, 1032, 520)])
 @pytest.mark.parametrize("kw", [{}, dict(schedule="uniform", stream_k=True), dict(tile=(64, 128, 64)),
                                 dict(tile=(64, 64, 64), schedule="uniform", stream_k=True),
-                                dict(tile=(64, 256, 64), cluster_m=2, schedule="uniform", stream_k=True)],
-                         ids=["default", "stream-k", "64x128", "64x64-stream-k", "64x256-cluster2-stream-k"])
+                                dict(tile=(64, 256, 64), cluster_m=2, schedule="uniform", stream_k=True),
+                                dict(tile=(128, 64, 64), cluster_m=1, cluster_n=2, schedule="uniform",
+                                     stream_k=True)],
+                         ids=["default", "stream-k", "64x128", "64x64-stream-k", "64x256-cluster2-stream-k",
+                              "64-cluster2n-stream-k"])
 def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
     """The last cluster out zeroes the item counter and each stream-K FINISH its flag, so the next launch (or
     graph replay) starts clean: repeated calls stay exact and the counter reads all zeros between them."""
@@ -741,18 +790,18 @@ def synthetic_trace(segments_per_cta, t0=1_000_000):
 
 
 def test_trace_frame_reads_every_recorded_segment_in_microseconds():
-    df = hopper_trace.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_m=1)
+    df = hopper_trace.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_size=1)
     assert list(df.row) == [0, 2, 1, 3, 4, 5] and list(df.seq) == [0, 1, 0, 0, 1, 2]
     assert list(df.columns) == ["cta", "cluster", "seq", "row", "entry", "start", "data", "mma_done", "stored",
                                 "exit"]
     first = df.iloc[0]
     assert (first.entry, first.start, first.data, first.mma_done, first.stored) == (0.0, 1.0, 2.0, 5.0, 6.0)
     assert df.iloc[2].entry == 0.1 and df.iloc[-1].exit == 0.2 + 18.5
-    assert list(hopper_trace.trace_frame(synthetic_trace([[0], [0]]), cluster_m=2).cluster) == [0, 0]
+    assert list(hopper_trace.trace_frame(synthetic_trace([[0], [0]]), cluster_size=2).cluster) == [0, 0]
 
 
 def test_trace_summary_says_where_a_launch_spent_its_time():
-    df = hopper_trace.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_m=1)
+    df = hopper_trace.trace_frame(synthetic_trace([[0, 2], [1], [3, 4, 5]]), cluster_size=1)
     df["width"] = 256
     got = hopper_trace.summary(df)
     # every segment: start +1, data +2, mma_done +5, stored +6 us after the previous one's end (or the entry)
@@ -766,26 +815,28 @@ def test_trace_frame_refuses_a_launch_that_did_not_finish():
     trace = synthetic_trace([[0], [1]])
     trace[1, 1] = -1
     with pytest.raises(ValueError, match="exit"):
-        hopper_trace.trace_frame(trace, cluster_m=1)
+        hopper_trace.trace_frame(trace, cluster_size=1)
     with pytest.raises(ValueError, match="TRACE_COLS|int64"):
-        hopper_trace.trace_frame(trace[:, :10], cluster_m=1)
+        hopper_trace.trace_frame(trace[:, :10], cluster_size=1)
 
 
 @pytest.mark.gpu
 @needs_cuda
 @needs_hopper
 @pytest.mark.parametrize("M,N,K,kw", [(2048, 5120, 1024, {}), (1000, 1032, 520, dict(schedule="uniform",
-                                                                                      stream_k=True))])
+                                                                                      stream_k=True)),
+                                     (1000, 1032, 520, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1,
+                                                            cluster_n=2))])
 def test_timeline_records_every_row_on_every_cta_of_its_cluster_in_order(M, N, K, kw):
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)
     b = torch.randint(-3, 4, (K, N), device="cuda").to(torch.bfloat16)
     c, df = hopper_host.timeline(a, b, **kw)
     assert torch.equal(c, fp32_reference(a, b).to(torch.bfloat16))
     call = hopper_host._call_for(M, N, K, a.get_device(), trace=True, **kw)
-    cluster_m, segments = call.cfg.cluster_m, call.cfg.segments
+    cluster_size, segments = call.cfg.cluster_size, call.cfg.segments
     present = (call.work.view(call.work.shape[0], segments, -1)[:, :, 4] > 0).sum().item()
-    assert len(df) == present * cluster_m                      # each present segment once per CTA of a cluster
-    assert (df.groupby(["row", "cluster"]).size() % cluster_m == 0).all()
+    assert len(df) == present * cluster_size                   # each present segment once per CTA of a cluster
+    assert (df.groupby(["row", "cluster"]).size() % cluster_size == 0).all()
     order = df[["entry", "start", "data", "mma_done", "stored", "exit"]].to_numpy()
     assert (order[:, 1:] >= order[:, :-1]).all(), "stamps out of order"
     assert (df.groupby("cta").start.diff().dropna() > 0).all()

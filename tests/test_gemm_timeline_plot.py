@@ -84,7 +84,7 @@ def test_the_frame_is_the_trace_frame_format(rng):
                 continue
             t = 1000 * cta + 1_000_000 * seq
             trace[cta][base:base + len(hopper_trace.TRACE_FIELDS)] = [seq, t + 10, t + 20, t + 900_000, t + 950_000]
-    frame = hopper_trace.trace_frame(trace, cluster_m=1)
+    frame = hopper_trace.trace_frame(trace, cluster_size=1)
     assert set(timeline_frame(rng).columns) == set(frame.columns)
     fig = timeline_plot.cta_timeline(frame, source="synthetic trace")
     assert sum(len(b.get_paths()) for b in fig.axes[0].collections) == len(timeline_plot.PHASES) * ctas * segments

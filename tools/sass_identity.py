@@ -107,6 +107,9 @@ HOPPER_GEMM = {
     "rows64-128": (S4, S4, S4, dict(tile=(64, 128, 64))),
     "rows64-64-stream-k": (16, 8192, 4096, dict(tile=(64, 64, 64), schedule="uniform", stream_k=True, cluster_m=1)),
     "rows64-256-cluster2": (S4, S4, S4, dict(tile=(64, 256, 64), schedule="uniform", cluster_m=2)),
+    "n64-cluster2n": (1024, 1024, 8192, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2)),
+    "n64-cluster2n-stream-k": (1024, 1024, 8192, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1,
+                                                      cluster_n=2, stream_k=True)),
 }
 
 # The Blackwell GEMM compiles with static shapes (the K loop's trip count is known): (M, N, K) matter.
