@@ -3,6 +3,8 @@ GEMM step, the production default and torch.matmul (cuBLAS) at one shape.
 
     python tools/ncu_gemm_steps.py                       # 8192^3 -> data/measured/h200/gemm_steps_ncu.txt
     python tools/ncu_gemm_steps.py --shape 4096x4096x4096 --out /tmp/ncu.txt
+    python tools/ncu_gemm_steps.py --shape 1024x1024x8192 --candidates "64 uniform cluster2n" --out /tmp/ncu.txt
+                                     # named configs.HOPPER_CANDIDATES instead of the steps, beside torch.matmul
 
 It runs itself under `ncu --clock-control none --profile-from-start off --metrics ...` (the GPU keeps its own
 clocks, as when timed), with the inputs made and every kernel compiled and warmed up before the profiler
@@ -47,6 +49,7 @@ METRICS = (
     "l1tex__data_pipe_lsu_wavefronts_mem_shared.sum",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
     "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed",
 )
 
 
@@ -65,22 +68,26 @@ def known_metrics(ncu: str, metrics=METRICS) -> tuple[list[str], list[str]]:
     return [m for m in metrics if base_name(m) in listed], [m for m in metrics if base_name(m) not in listed]
 
 
-def contenders(M: int, N: int, K: int):
+def contenders(M: int, N: int, K: int, candidates=()):
+    """(name, call) of each step and the production default, or of each named candidate; torch.matmul last."""
     import torch
 
     import gemm_kernels
-    from gemm_kernels import steps
+    from gemm_kernels import configs, steps
     a = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-    runs = [(name, lambda m=steps.load(name): m.gemm(a, b)) for name in steps.STEPS]
-    runs += [("production default", lambda: gemm_kernels.gemm(a, b)), ("torch.matmul", lambda: torch.matmul(a, b))]
-    return runs
+    if candidates:
+        runs = [(name, lambda o=configs.HOPPER_CANDIDATES[name]: gemm_kernels.gemm(a, b, o)) for name in candidates]
+    else:
+        runs = [(name, lambda m=steps.load(name): m.gemm(a, b)) for name in steps.STEPS]
+        runs.append(("production default", lambda: gemm_kernels.gemm(a, b)))
+    return runs + [("torch.matmul", lambda: torch.matmul(a, b))]
 
 
-def profile(M: int, N: int, K: int) -> None:
+def profile(M: int, N: int, K: int, candidates=()) -> None:
     """The child: compile and warm up everything, then one call of each contender inside the profiler window."""
     import torch
-    runs = contenders(M, N, K)
+    runs = contenders(M, N, K, candidates)
     for _ in range(3):
         for _, fn in runs:
             fn()
@@ -99,16 +106,19 @@ def main(argv=None):
     p.add_argument("--shape", type=shape_arg, default=(8192, 8192, 8192))
     p.add_argument("--out", type=Path, default=DEFAULT_OUT)
     p.add_argument("--ncu", default="ncu")
+    p.add_argument("--candidates", nargs="+", default=[], metavar="NAME",
+                   help="names of gemm_kernels.configs.HOPPER_CANDIDATES to profile instead of the steps")
     p.add_argument("--inside", action="store_true", help=argparse.SUPPRESS)    # the profiled child
     args = p.parse_args(argv)
     if args.inside:
-        return profile(*args.shape)
+        return profile(*args.shape, candidates=args.candidates)
     metrics, dropped = known_metrics(args.ncu)
     # plain launches, one kernel each; the child imports this tree first, then whatever the caller could
     env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = [args.ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
-           sys.executable, str(Path(__file__).resolve()), "--inside", "--shape", "x".join(map(str, args.shape))]
+           sys.executable, str(Path(__file__).resolve()), "--inside", "--shape", "x".join(map(str, args.shape)),
+           *(["--candidates", *args.candidates] if args.candidates else [])]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w") as f:
         f.write(f"# {' '.join(cmd[:6])} <metrics> ...\n# metrics this ncu does not know, dropped: {dropped or 'none'}\n")
