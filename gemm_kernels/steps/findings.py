@@ -34,6 +34,7 @@ NCU_LABELS = {
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum": "shared-memory bank conflicts",
     "l1tex__throughput.avg.pct_of_peak_sustained_elapsed": "L1/shared throughput (% of peak)",
     "lts__t_sector_hit_rate.pct": "L2 hit rate (%)",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed": "L2 throughput (% of peak)",
 }
 
 
