@@ -361,6 +361,9 @@ def test_findings_read_the_committed_data():
     for table in (findings.clock_runs(), findings.dram_vs_cublas(), findings.deferral_gains(), findings.turns()):
         assert not table.empty
     assert findings.relative(findings.TIMELINE).startswith("data/measured/h200/probes/")
+    pairs = findings.pairings()
+    assert list(pairs.columns) == list(findings.PAIRINGS) and len(pairs) == len(findings.FEW_TILE_KHEAVY)
+    assert (pairs > 0).all(axis=None) and pairs.attrs["commit"]
 
 
 def test_ncu_tool_keeps_only_the_metrics_this_ncu_lists(tmp_path):

@@ -69,6 +69,29 @@ def timeline_phases(path: Path = TIMELINE) -> pd.DataFrame:
     return t.groupby(["shape", "variant"])[list(cols)].median().rename(columns=cols).reset_index()
 
 
+# Few-tile K-heavy shapes, at most one wave of 128 x 64 tiles on 132 SMs, where cuBLAS runs a 128 x 64 tile in a
+# 1 x 2 cluster (probes/gemm_kheavy_cublas_kernels_7158d30.csv); the pairings compared there, by label
+FEW_TILE_KHEAVY = ((1024, 1024, 8192), (1024, 1024, 16384), (1024, 1024, 32768), (1536, 1024, 8192),
+                   (512, 2048, 16384))
+PAIRINGS = {"128×64 alone": "64 uniform cluster1", "64×128, pair along M": "64x128 uniform cluster2",
+            "128×64, pair along N": "64 uniform cluster2n", "torch.matmul (cuBLAS)": "torch.matmul"}
+PAIRS_NCU = PROBES / "ncu_kheavy_pairs.txt"   # tools/ncu_gemm_steps.py --candidates, at 1024 x 1024 x 8192
+
+
+def pairings(shapes=FEW_TILE_KHEAVY) -> pd.DataFrame:
+    """GPU time per call (µs: the sweep's CUPTI kernel durations) of each of PAIRINGS at the few-tile K-heavy
+    shapes, from the k-heavy class's latest run in gemm_config_sweep.csv: one row per shape ("M×N×K"), one column
+    per label; `attrs["commit"]` is the run's commit."""
+    from gemm_kernels import rule, sweep
+    frame = rule.latest_run(records.read("h200", sweep.TABLE))
+    rows = frame[(frame["class"] == "k-heavy") & (frame.timing == sweep.GPU)]
+    us = rows.pivot_table(index=["M", "N", "K"], columns="variant", values="ms_median") * 1e3
+    out = us.loc[list(shapes), list(PAIRINGS.values())].set_axis(list(PAIRINGS), axis=1)
+    out.index = [f"{m}×{n}×{k}" for m, n, k in out.index]
+    out.attrs["commit"] = ", ".join(sorted(set(rows.commit.astype(str))))
+    return out
+
+
 def ncu_table(path: Path) -> pd.DataFrame:
     """An ncu text report (`workbook.ncu.read`) with one row per contender and readable metric names."""
     from workbook import ncu

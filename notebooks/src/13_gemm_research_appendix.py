@@ -14,6 +14,8 @@
 # 4. A timeline of every CTA shows what the epilogue costs, and the deferred epilogue that hides it.
 # 5. A 248-wide tile costs what a 256-wide one costs; 240 is the narrowest step that pays.
 # 6. A fair benchmark gives each timed call a neighbour of its own kind (the turn order).
+# 7. A CTA pair along N, sharing A as cuBLAS's kernel does on few-tile K-heavy shapes, moved the same bytes and did
+#    not buy cuBLAS's time.
 #
 # All of it runs on a CPU, from the recorded files.
 
@@ -22,9 +24,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from IPython.display import display
 
-from gemm_kernels import timeline_plot
+from gemm_kernels import hopper, timeline_plot
 from gemm_kernels.steps import findings
-from workbook import plots
+from workbook import plots, stepper
 
 pd.set_option("display.precision", 3)
 pd.set_option("display.width", 160)
@@ -198,6 +200,41 @@ display(findings.turns().round(4))
 # with a settling call (`bench_interleaved(settle=1)`, and `compare`, which the step benchmark uses), so every timed
 # call follows a call of its own contender.
 #
+# ## Finding 7: a pair along N moves cuBLAS's bytes, not at cuBLAS's speed
+#
+# At 1024 × 1024 × 8192 the output is 128 tiles of 128 × 64: one wave on 132 SMs, each CTA streaming 128 K-blocks,
+# so what one K-block costs a CTA sets the time. In L2 → shared-memory bytes per CTA and K-block: a 128 × 64 tile
+# alone reads 16 KiB of A and 8 KiB of B (24); a pair stacked along M (64 × 128 tiles, our `cluster2`) reads its 8 KiB
+# of A and half of the shared 16 KiB B tile (16); a pair side by side along N (128 × 64 tiles, `cluster2n`) reads
+# half of the shared 16 KiB A tile and its own 8 KiB of B (16), and keeps the 128-row tile's two consumer
+# warpgroups. cuBLAS runs exactly that here (`probes/gemm_kheavy_cublas_kernels_7158d30.csv`: a 128 × 64 tile, 8
+# stages, a 1 × 2 cluster). The kernel's change: each CTA of the pair takes its own columns, and the operand the pair
+# shares is the multicast one:
+
+# %%
+display(stepper.excerpt(hopper, "def corner"))
+display(stepper.excerpt(hopper, "# The operand a pair shares is multicast", "num_multicast=cfg.cluster_m)"))
+
+# %%
+pairs = findings.pairings()
+plots.dumbbell(pairs.index, {c: pairs[c] for c in pairs.columns}, xlabel="GPU time per call (µs, log scale)",
+               title="Few-tile K-heavy shapes: three pairings of the 128 × 64 work, and cuBLAS",
+               source=f"H200, {findings.relative(findings.H200 / 'gemm_config_sweep.csv')} (CUPTI kernel "
+                      f"durations), commit {pairs.attrs['commit']}")
+plt.show()
+print((pairs.iloc[:, :3].div(pairs["torch.matmul (cuBLAS)"], axis=0)).round(2).rename(
+    columns=lambda c: c + " / cuBLAS").to_string())
+
+# %% [markdown]
+# NCU_READING
+
+# %%
+if findings.PAIRS_NCU.exists():
+    display(findings.ncu_table(findings.PAIRS_NCU).T.round(1))
+else:
+    print(f"{findings.relative(findings.PAIRS_NCU)} is not recorded yet (python tools/ncu_gemm_steps.py on an H200)")
+
+# %% [markdown]
 # ## Take-aways
 #
 # * At a power cap a kernel wins by spending less energy per flop; for a GEMM that means fewer DRAM bytes, and for a
@@ -207,3 +244,5 @@ display(findings.turns().round(4))
 #   ring, which ruled one remedy out and explained another.
 # * A model is as good as its unit of cost: "time proportional to width" holds for 240, not for 248.
 # * A fair benchmark shares the chip's drift *and* gives each timed call its own kind of neighbour.
+# * Copying the shape of a faster kernel (its tile, its cluster) copies its bytes, not its speed: what limits our
+#   kernel at few-tile K-heavy shapes is not the L2 traffic the pair removes.
