@@ -276,12 +276,14 @@ def _local_problem(x, k, iters, tol, init, variant, group) -> str | None:
 def _extent(x: torch.Tensor, init) -> tuple[float, float, bool]:
     """x's smallest and largest value (NaN where x has one) and whether `init`, where it is a tensor, is finite:
     one pass over x and one wait for its device, which fit's checks and its fixed-point scale share."""
-    lo, hi = torch.aminmax(x)   # one pass; NaN propagates into both
-    values = [lo.float(), hi.float()]
+    values = list(torch.aminmax(x))   # one pass; NaN propagates into both
     if isinstance(init, torch.Tensor):
-        values.append(torch.isfinite(init).all().to(device=x.device, dtype=torch.float32))
-    read = torch.stack(values).tolist()
-    return read[0], read[1], len(read) < 3 or read[2] == 1.0
+        # the init is finite exactly where its min and max are: one kernel, where isfinite and all took two
+        values += [v.to(x.device) for v in torch.aminmax(init.detach())]
+        if init.dtype != x.dtype:
+            values = [v.float() for v in values]
+    read = torch.stack(values).float().tolist()
+    return read[0], read[1], all(math.isfinite(v) for v in read[2:])
 
 
 def _nonfinite_row(x: torch.Tensor) -> int:

@@ -180,6 +180,18 @@ def test_fit_rejects_bad_input(call, match):
         call()
 
 
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("dtype", [bf16, torch.float32, torch.float64])
+def test_fit_names_one_nonfinite_entry_of_an_init_of_any_float_dtype(bad, dtype):
+    """The checks read the init's min and max: one NaN, +inf or -inf among finite entries is found wherever it
+    sits, in the init's own dtype or another than x's; the same init without it is taken."""
+    init = torch.randn(4, 16, dtype=torch.float64).to(dtype)
+    kmeans_kernels.fit(_x(), 4, init=init, iters=1)
+    init[2, 7] = bad
+    with pytest.raises(ValueError, match="init tensor has NaN or inf"):
+        kmeans_kernels.fit(_x(), 4, init=init, iters=1)
+
+
 def test_fit_accepts_k_equal_to_n_and_does_not_touch_a_given_init():
     x = _x(12)
     init = x.float().clone()
