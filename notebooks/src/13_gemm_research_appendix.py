@@ -226,13 +226,31 @@ print((pairs.iloc[:, :3].div(pairs["torch.matmul (cuBLAS)"], axis=0)).round(2).r
     columns=lambda c: c + " / cuBLAS").to_string())
 
 # %% [markdown]
-# NCU_READING
+# Sharing A took the tile alone's time down by about what its bytes say, and left the pair along N behind the pair
+# along M and well behind cuBLAS. Nsight Compute at 1024 × 1024 × 8192 (`probes/ncu_kheavy_pairs.txt`, one call of
+# each, clocks left alone) says what the bytes do not. Two products of its counters with the kernel's duration are
+# printed under the table: the tensor pipe's busy time (the same MMA work should give the same figure everywhere),
+# and the L2's activity (its throughput, as a share of its peak, times the duration) relative to cuBLAS's:
 
 # %%
-if findings.PAIRS_NCU.exists():
-    display(findings.ncu_table(findings.PAIRS_NCU).T.round(1))
-else:
-    print(f"{findings.relative(findings.PAIRS_NCU)} is not recorded yet (python tools/ncu_gemm_steps.py on an H200)")
+ncu = findings.ncu_table(findings.PAIRS_NCU).rename(index=lambda c: c.split(" ", 1)[1])
+display(ncu[["time (ms)", "DRAM read (GB)", "tensor pipe busy (%)", "L2 throughput (% of peak)", "SM clock (GHz)",
+             "stall: long scoreboard (%)", "stall: wait (%)"]].round(3))
+busy_us = ncu["tensor pipe busy (%)"] / 100 * ncu["time (ms)"] * 1e3
+l2 = ncu["L2 throughput (% of peak)"] * ncu["time (ms)"]
+print("tensor pipe busy time (µs):", busy_us.round(1).to_dict())
+print("L2 activity relative to cuBLAS's:", (l2 / l2["torch.matmul"]).round(2).to_dict())
+
+# %% [markdown]
+# Every contender reads the same bytes from DRAM and keeps the tensor pipe busy for about the same time: the MMA work
+# is the same. cuBLAS packs it into less time (its tensor pipe busy for about three quarters of its run, ours for
+# about half), at a lower SM clock, and with the L2 less busy than in our three kernels that run the 128 × 64 work on
+# 128 CTAs. Per product, our two pairs keep the L2 busy about half again as long as cuBLAS does, the tile alone
+# nearly twice as long (the last line above), though the pair along N loads cuBLAS's 16 KiB per CTA and K-block:
+# sharing A cut the L2's activity by less than the third of the operand bytes it removed. So what holds our kernel
+# back at these shapes points at how it uses the L2, not at the operand bytes a tile shape or a cluster decides;
+# which part of that use, these counters do not say. The pair along N stays a candidate: the rule takes it where it measured best
+# (6144 × 1024 × 32768).
 
 # %% [markdown]
 # ## Take-aways
@@ -244,5 +262,5 @@ else:
 #   ring, which ruled one remedy out and explained another.
 # * A model is as good as its unit of cost: "time proportional to width" holds for 240, not for 248.
 # * A fair benchmark shares the chip's drift *and* gives each timed call its own kind of neighbour.
-# * Copying the shape of a faster kernel (its tile, its cluster) copies its bytes, not its speed: what limits our
-#   kernel at few-tile K-heavy shapes is not the L2 traffic the pair removes.
+# * Copying the shape of a faster kernel (its tile, its cluster) copies its bytes, not its speed: at few-tile
+#   K-heavy shapes our kernels keep the L2 busier per product than cuBLAS whatever the pairing.

@@ -53,8 +53,9 @@ print("rule check (gemm() as shipped):", sweep_plot.CHECK_SOURCE if check is not
 # sharing each B tile by TMA multicast; or, `cluster2n`, 2 side by side along N sharing each A tile) and a schedule: *balanced* (the last wave filled with narrower tiles, notebook 12), *stream-K* (the
 # last wave, or the whole grid when the tiles are fewer than the SMs, split along K), *uniform*, or *one-per-item*
 # (a CTA per tile instead of persistent CTAs). The short names in the figures read width, schedule, cluster:
-# `256b2` is the fixed default, `64x128u1` a 64-row tile, `64u2n` a pair along N. The rule is learned from each class's latest sweep
-# (`rule.latest_run`): every candidate of a class is judged against `torch.matmul` in one run.
+# `256b2` is the fixed default, `64x128u1` a 64-row tile, `64u2n` a pair along N (notebook 13, finding 7). The rule
+# is learned from each class's latest sweep (`rule.latest_run`): every candidate of a class is judged against
+# `torch.matmul` in one run.
 
 # %%
 rows = [{"short": sweep_plot.short_name(name), "name": name, "tile": "x".join(map(str, o.tile)),
@@ -262,7 +263,7 @@ for who, tbps in rate.items():
 
 # %%
 display(stepper.excerpt(hopper_options, "def short_a_rows(M"))
-display(stepper.excerpt(hopper, "a_rows = cfg.a_box_rows", "(a_rows, TILE_K))"))
+display(stepper.excerpt(hopper, "a_rows = cfg.a_box_rows", "num_multicast=cfg.cluster_n)"))
 display(stepper.excerpt(hopper, "a_rows = self.cfg.a_box_rows", "sA_box ="))
 
 # %% [markdown]
