@@ -339,7 +339,8 @@ class HopperGemm(Epilogues):
                 m0, n0 = self.corner(work[item, col], work[item, col + 1], rank)
                 width = work[item, col + 2]
                 if cutlass.const_expr(cfg.cluster_n > 1):
-                    width = cutlass.max(width - rank * cfg.tile_n, 0)   # uniform items: tile_n for both
+                    # this CTA's share of the item's columns (uniform items: tile_n each)
+                    width = cutlass.min(cutlass.max(width - rank * cfg.tile_n, 0), cfg.tile_n)
                 k_count = work[item, col + 4]
                 if k_count > 0:
                     if cutlass.const_expr(tracing):
