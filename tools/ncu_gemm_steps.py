@@ -50,6 +50,11 @@ METRICS = (
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum",
     "l1tex__throughput.avg.pct_of_peak_sustained_elapsed",
     "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+    "lts__t_sectors.sum",
+    "lts__t_requests.sum",
+    "lts__t_sectors_op_read.sum",
+    "lts__t_sectors_op_write.sum",
+    "lts__t_sectors_srcunit_ltcfabric.sum",
 )
 
 

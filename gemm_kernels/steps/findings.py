@@ -35,6 +35,11 @@ NCU_LABELS = {
     "l1tex__throughput.avg.pct_of_peak_sustained_elapsed": "L1/shared throughput (% of peak)",
     "lts__t_sector_hit_rate.pct": "L2 hit rate (%)",
     "lts__throughput.avg.pct_of_peak_sustained_elapsed": "L2 throughput (% of peak)",
+    "lts__t_sectors.sum": "L2 sectors",
+    "lts__t_requests.sum": "L2 requests",
+    "lts__t_sectors_op_read.sum": "L2 sectors read",
+    "lts__t_sectors_op_write.sum": "L2 sectors written",
+    "lts__t_sectors_srcunit_ltcfabric.sum": "L2 sectors from the other partition",
 }
 
 
@@ -76,6 +81,7 @@ FEW_TILE_KHEAVY = ((1024, 1024, 8192), (1024, 1024, 16384), (1024, 1024, 32768),
 PAIRINGS = {"128×64 alone": "64 uniform cluster1", "64×128, pair along M": "64x128 uniform cluster2",
             "128×64, pair along N": "64 uniform cluster2n", "torch.matmul (cuBLAS)": "torch.matmul"}
 PAIRS_NCU = PROBES / "ncu_kheavy_pairs.txt"   # tools/ncu_gemm_steps.py --candidates, at 1024 x 1024 x 8192
+PAIRS_L2_NCU = PROBES / "ncu_kheavy_pairs_l2.txt"   # the same with the L2's sector counters
 
 
 def pairings(shapes=FEW_TILE_KHEAVY) -> pd.DataFrame:

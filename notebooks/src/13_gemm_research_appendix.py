@@ -249,8 +249,16 @@ print("L2 activity relative to cuBLAS's:", (l2 / l2["torch.matmul"]).round(2).to
 # nearly twice as long (the last line above), though the pair along N loads cuBLAS's 16 KiB per CTA and K-block:
 # sharing A cut the L2's activity by less than the third of the operand bytes it removed. So what holds our kernel
 # back at these shapes points at how it uses the L2, not at the operand bytes a tile shape or a cluster decides;
-# which part of that use, these counters do not say. The pair along N stays a candidate: the rule takes it where it measured best
-# (6144 × 1024 × 32768).
+# which part of that use, these counters do not say. The L2's own counters, in a second profile of the same calls
+# (`probes/ncu_kheavy_pairs_l2.txt`; sectors of 32 bytes and requests, per product, relative to cuBLAS's):
+
+# %%
+l2n = findings.ncu_table(findings.PAIRS_L2_NCU).rename(index=lambda c: c.split(" ", 1)[1])
+counts = l2n[[c for c in l2n.columns if c.startswith("L2 ") and "%" not in c]]
+display((counts / counts.loc["torch.matmul"]).round(2).T)
+
+# %% [markdown]
+# L2_READING The pair along N stays a candidate: the rule takes it where it measured best (6144 × 1024 × 32768).
 
 # %% [markdown]
 # ## Take-aways
