@@ -146,8 +146,8 @@ class HopperGemm(Epilogues):
         self.shared_storage = SharedStorage
         self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials, trace,
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
-            grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_size, 1, 1], min_blocks_per_mp=1,
-            stream=stream)
+            grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_size, 1, 1],
+            min_blocks_per_mp=1, stream=stream)
 
     # ---------------------------------------------------------------- device side
     @cute.kernel

@@ -250,8 +250,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
     fp16; fp32 accumulation; c [M, N] of their dtype (written into `out`, of that dtype, if given).
     `options`: a `hopper_options.Options` (default: the per-shape rule's choice, `gemm_kernels.rule`; with
     keyword overrides alone, `Options()`), with any of its fields overridden by keyword (`tile`, `stages`,
-    `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `cluster_n`, `band_rows`, `persistent`, `dynamic`, `defer_epilogue`,
-    `stream_k`; each is described there). `autotune=True` instead times the candidates the rule and the nearest
+    `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `cluster_n`, `band_rows`, `persistent`, `dynamic`,
+    `defer_epilogue`, `stream_k`; each is described there). `autotune=True` instead times the candidates the rule and the nearest
     measured shapes favour (`rule.contenders`) on these operands at the first call of each shape, dtype and device
     in this process, and runs the fastest from then on (a first call costs their compiles and ~30 calls each)."""
     if autotune and (options is not None or overrides):

@@ -16,8 +16,8 @@ def test_ids_cover_every_family_and_every_backend_variant():
     for arch, family in (("sm_90a", "kmeans-hopper"), ("sm_100a", "kmeans-blackwell")):
         assert {vid.split("/")[1] for vid in ids if vid.startswith(family)} == set(variants.names(arch))
     hopper = [args["kw"] for kind, args in ids.values() if kind == "gemm-hopper"]
-    for option in ("epilogue", "schedule", "cluster_m", "cluster_n", "dynamic", "defer_epilogue", "stream_k", "narrow_ns",
-                   "trace", "tile", "stages"):
+    for option in ("epilogue", "schedule", "cluster_m", "cluster_n", "dynamic", "defer_epilogue", "stream_k",
+                   "narrow_ns", "trace", "tile", "stages"):
         assert any(option in kw for kw in hopper), option
 
 
