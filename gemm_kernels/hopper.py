@@ -160,9 +160,10 @@ class HopperGemm(Epilogues):
         warp_idx = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         cta, _, _ = cute.arch.block_idx()
         num_ctas, _, _ = cute.arch.grid_dim()
-        # A cluster of cluster_m CTAs runs one work item of cluster_m x tile_m rows; CTA `rank` owns rows
-        # rank*tile_m.. of it and loads 1/cluster_m of the shared B tile, multicast to every CTA of the cluster
-        # (along N the same with columns and A: `corner`).
+        # A cluster of cluster_m x cluster_n CTAs runs one work item of cluster_m x tile_m rows and cluster_n x
+        # tile_n columns; CTA `rank` (rank_m, rank_n = rank % cluster_m, rank // cluster_m) owns one tile of it
+        # (`corner`), loads 1/cluster_m of the B tile its column of CTAs shares and 1/cluster_n of the A tile its
+        # row shares, each multicast to the CTAs that share it.
         rank = cute.arch.make_warp_uniform(cute.arch.block_idx_in_cluster())
         cluster = cta // cfg.cluster_size
         num_clusters = num_ctas // cfg.cluster_size
@@ -184,17 +185,18 @@ class HopperGemm(Epilogues):
             barrier_storage=storage.ring_barriers.data_ptr(), num_stages=cfg.stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     cfg.cluster_size * self.consumer_threads // 32),
+                                                     (cfg.cluster_m + cfg.cluster_n - 1) * self.consumer_threads // 32),
             tx_count=stage_bytes, cta_layout_vmnk=self.cta_layout(), defer_sync=True)
         # The dynamic schedule's queue: rank 0's producer warp writes each claimed item index into every CTA of
         # the cluster (4 bytes, counted by the 'full' barrier); its readers are the consumer warps and the
-        # producer warp of every CTA, and an entry is reused only when all of them have read it.
+        # producer warp of every CTA, and an entry is reused only when all of them have read it (so its layout
+        # puts every CTA in one column: each reader signals every CTA, not only its row and column as the ring's).
         queue_pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.queue_barriers.data_ptr(), num_stages=QUEUE_DEPTH,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
                                                      cfg.cluster_size * (self.consumer_threads // 32 + 1)),
-            tx_count=4, cta_layout_vmnk=self.cta_layout(), defer_sync=True)
+            tx_count=4, cta_layout_vmnk=cute.make_layout((1, cfg.cluster_size, 1, 1)), defer_sync=True)
         queue = storage.queue.data_ptr()
         pipeline.pipeline_init_arrive(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n), is_relaxed=True)
 
@@ -259,35 +261,38 @@ class HopperGemm(Epilogues):
             gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (a_rows, TILE_K), (0, None))
             sA_box = cute.local_tile(sA, (a_rows, TILE_K, self.cfg.stages), (0, 0, 0))
             gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
-            # The shared operand's box is split between the pair (each CTA loads its share, the multicast writes
-            # it into both); the other operand is the CTA's own. Only one of cm, cn exceeds 1, so `rank` is
-            # this CTA's place along the shared operand.
-            tAsA, tAgA = cpasync.tma_partition(tma_a, rank if cutlass.const_expr(cn > 1) else 0,
-                                               cute.make_layout(cn),
+            # A shared operand's box is split between the CTAs that share it (each loads its share, the multicast
+            # writes it into all of them): A's between the cn CTAs of a row, B's between the cm of a column.
+            tAsA, tAgA = cpasync.tma_partition(tma_a, rank // cm, cute.make_layout(cn),
                                                cute.group_modes(sA_box, 0, 2), cute.group_modes(gA, 0, 2))
-            tBsB, tBgB = cpasync.tma_partition(tma_b, rank if cutlass.const_expr(cm > 1) else 0,
-                                               cute.make_layout(cm),
+            tBsB, tBgB = cpasync.tma_partition(tma_b, rank % cm, cute.make_layout(cm),
                                                cute.group_modes(sB, 0, 2), cute.group_modes(gB, 0, 2))
-            state = self.load_k_blocks(ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, k_count, state)
+            state = self.load_k_blocks(ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, k_count, rank, state)
         return state
 
     @cute.jit
-    def load_k_blocks(self, ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, count, state):
+    def load_k_blocks(self, ring, tma_a, tAgA, tAsA, tma_b, tBgB, tBsB, k0, count, rank, state):
         """Producer warp: TMA-load K-blocks k0 .. k0 + count - 1 of A and B into the ring; returns its position.
         range(count) plus an offset, not range(k0, k0 + count): with the latter form ptxas serialized the
         consumers' WGMMAs (C7515; test_wgmmas_are_not_serialized)."""
         cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
-        both = cutlass.Int16((1 << self.cfg.cluster_size) - 1)   # the multicast's targets: every CTA of the pair
+        # the multicasts' targets (ranks are column-major, rank = rank_m + cm * rank_n): A goes to the CTAs of
+        # this CTA's row (its rank_m), B to those of its column (its rank_n)
+        row_mask, column_mask = 0, (1 << cm) - 1
+        for j in cutlass.range_constexpr(cn):
+            row_mask |= 1 << (cm * j)
+        to_row = cutlass.Int16(row_mask) << (rank % cm)
+        to_column = cutlass.Int16(column_mask) << (cm * (rank // cm))
         for i in range(count):
             kb = k0 + i
             ring.producer_acquire(state)          # wait until slot is empty, arm its byte count
             full = ring.producer_get_barrier(state)
             if cutlass.const_expr(cn > 1):
-                cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full, mcast_mask=both)
+                cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full, mcast_mask=to_row)
             else:
                 cute.copy(tma_a, tAgA[(None, kb)], tAsA[(None, state.index)], tma_bar_ptr=full)
             if cutlass.const_expr(cm > 1):
-                cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full, mcast_mask=both)
+                cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full, mcast_mask=to_column)
             else:
                 cute.copy(tma_b, tBgB[(None, kb)], tBsB[(None, state.index)], tma_bar_ptr=full)
             state.advance()
@@ -340,7 +345,7 @@ class HopperGemm(Epilogues):
                 width = work[item, col + 2]
                 if cutlass.const_expr(cfg.cluster_n > 1):
                     # this CTA's share of the item's columns (uniform items: tile_n each)
-                    width = cutlass.min(cutlass.max(width - rank * cfg.tile_n, 0), cfg.tile_n)
+                    width = cutlass.min(cutlass.max(width - rank // cfg.cluster_m * cfg.tile_n, 0), cfg.tile_n)
                 k_count = work[item, col + 4]
                 if k_count > 0:
                     if cutlass.const_expr(tracing):
@@ -406,12 +411,12 @@ class HopperGemm(Epilogues):
 
     @cute.jit
     def corner(self, m0, n0, rank):
-        """This CTA's (first row, first column) in a work item whose corner is (m0, n0): a pair along M splits
-        the item's rows, a pair along N its columns."""
+        """This CTA's (first row, first column) in a work item whose corner is (m0, n0): the cluster's CTAs split
+        the item's rows by rank_m = rank % cluster_m and its columns by rank_n = rank // cluster_m."""
         if cutlass.const_expr(self.cfg.cluster_m > 1):
-            m0 = m0 + rank * self.cfg.tile_m
+            m0 = m0 + rank % self.cfg.cluster_m * self.cfg.tile_m
         if cutlass.const_expr(self.cfg.cluster_n > 1):
-            n0 = n0 + rank * self.cfg.tile_n
+            n0 = n0 + rank // self.cfg.cluster_m * self.cfg.tile_n
         return m0, n0
 
     @cute.jit

@@ -100,9 +100,10 @@ class Options(BackendOptions):
     "uniform". narrow_ns: the narrow widths the balanced plan may choose from, None = every one
     `narrow_widths(tile_n, epilogue)` lists (240, 224, 192, 128 for 256 and the register epilogue).
     cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
-    cluster_n: 2 pairs CTAs along N instead (cluster_m=1) to share A tiles the same way: an item is then
-    tile_m x 2 tile_n, each CTA computes one tile_n-wide half, and the plan has no narrow tiles (a balanced
-    schedule is then the uniform one), since a narrow item would leave one CTA of the pair a ragged share.
+    cluster_n: 2 pairs CTAs along N to share A tiles the same way: an item is then cluster_m tile_m x 2 tile_n,
+    each CTA computes one tile of it, and the plan has no narrow tiles (a balanced schedule is then the uniform
+    one), since a narrow item would leave one CTA of the pair a ragged share. Both 2: a 2 x 2 cluster of four CTAs,
+    A shared along each row and B along each column.
     band_rows: the L2 raster of the work list (`hopper_worklist.banded`), None = `band_rows_for(K)`; 1 keeps
     the planner's row-major order. persistent: False launches one CTA (pair) per work item and lets the
     hardware hand them out in order. dynamic: persistent CTAs take the next item from a global counter
@@ -144,9 +145,6 @@ class Options(BackendOptions):
         for name in ("cluster_m", "cluster_n"):
             if getattr(self, name) not in (1, 2):
                 raise ValueError(f"{name} must be 1 or 2, got {getattr(self, name)!r}")
-        if self.cluster_m * self.cluster_n > 2:
-            raise ValueError("a cluster pairs CTAs along M (cluster_m=2) or along N (cluster_n=2), not both; "
-                             "pass cluster_m=1 with cluster_n=2")
         if self.stages is not None:
             if self.stages < 2:
                 raise ValueError(f"stages must be >= 2, got {self.stages}")

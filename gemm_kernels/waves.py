@@ -135,8 +135,10 @@ def slots_for(gpu, ctas_per_item: int = 1) -> int:
         return spec.sm_count
     if ctas_per_item == 2:
         return spec.cluster_pairs
-    raise ValueError(f"the {spec.name} spec knows slots for 1- and 2-CTA items, not {ctas_per_item}; "
-                     f"pass slots= explicitly")
+    if ctas_per_item == 4 and spec.cluster_quads is not None:
+        return spec.cluster_quads
+    raise ValueError(f"the {spec.name} spec knows slots for 1- and 2-CTA items{' and 4' if spec.cluster_quads else ''}, "
+                     f"not {ctas_per_item}; pass slots= explicitly")
 
 
 def _live_slots(spec, ctas_per_item: int) -> int | None:

@@ -188,6 +188,8 @@ def test_cluster_along_n_multicasts_a_and_loads_its_own_b():
     assert multicast > 0 and plain == 4 * multicast, (multicast, plain)
     multicast, plain = loads(CLUSTER)
     assert plain > 0 and multicast == 4 * plain, (multicast, plain)
+    multicast, plain = loads(dict(CLUSTER_N, cluster_m=2))          # 2 x 2: both operands shared
+    assert multicast > 0 and plain == 0, (multicast, plain)
 
 
 def test_a_cluster_along_n_plans_double_width_uniform_items():
@@ -200,12 +202,17 @@ def test_a_cluster_along_n_plans_double_width_uniform_items():
                                                        for n in range(0, 1024, 2 * tile_n)}
         cfg, _ = hopper_options.config_for(1024, 1024, o, gpus.H200)
         assert (cfg.tile_n, cfg.cluster_m, cfg.cluster_n, cfg.cluster_size, cfg.a_rows) == (tile_n, 1, 2, 2, None)
+    o = hopper_options.Options(tile=(128, 64, 64), cluster_m=2, cluster_n=2)
+    plan = hopper_options.plan_for(1024, 1024, o, gpus.H200)
+    assert o.cluster_size == 4 and plan.slots == gpus.H200.cluster_quads and plan.narrow is None
+    assert {(t.m0, t.n0, t.width) for t in plan.items} == {(m, n, 128) for m in range(0, 1024, 256)
+                                                           for n in range(0, 1024, 128)}
     # a short M keeps the whole A box: the pair splits it between its two CTAs
     assert hopper_options.short_a_rows(16, hopper_options.Options(cluster_m=1, cluster_n=2)) is None
     assert hopper_options.short_a_rows(16, hopper_options.Options(cluster_m=1)) == 16
 
 
-@pytest.mark.parametrize("kw, match", [(dict(cluster_n=2), "not both"), (dict(cluster_m=1, cluster_n=3), "cluster_n"),
+@pytest.mark.parametrize("kw, match", [(dict(cluster_m=4), "cluster_m"), (dict(cluster_m=1, cluster_n=3), "cluster_n"),
                                        (dict(cluster_m=1, cluster_n=2, narrow_ns=(192,)), "uniform tiles only")])
 def test_a_cluster_along_n_refuses_what_it_cannot_run(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -397,6 +404,11 @@ GPU_CONFIGS = {
     "cluster2n-128-staged": dict(tile=(128, 128, 64), schedule="uniform", cluster_m=1, cluster_n=2,
                                  epilogue="staged"),
     "cluster2n-stream-k": dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2, stream_k=True),
+    # 2 x 2: A shared along each row, B along each column; at (77, 8, 8) three of the four CTAs own nothing
+    "cluster2x2-64": dict(tile=(128, 64, 64), schedule="uniform", cluster_m=2, cluster_n=2),
+    "cluster2x2-128-staged": dict(tile=(128, 128, 64), schedule="uniform", cluster_m=2, cluster_n=2,
+                                  epilogue="staged"),
+    "cluster2x2-stream-k": dict(tile=(128, 64, 64), schedule="uniform", cluster_m=2, cluster_n=2, stream_k=True),
 }
 # 67 items on 66 CTA pairs with 256 K-blocks each: the one tail item goes to 66 units of 3-4 K-blocks, 65 of them
 # contributing to one FINISH, while the other pairs still run ~100 us rows. Claimed like rows, the units
@@ -410,7 +422,7 @@ GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024),
 
 # fp16 operands run the same kernel with another element type: the default build, stream-K, the 128-wide
 # single-CTA build and the staged epilogue (its own conversion and stmatrix path) cover every place it enters.
-FP16_CONFIGS = ("default", "stream-k", "7-stage-128", "staged-uniform", "cluster2n-64")
+FP16_CONFIGS = ("default", "stream-k", "7-stage-128", "staged-uniform", "cluster2n-64", "cluster2x2-64")
 DTYPE_CONFIGS = ([pytest.param(torch.bfloat16, c, id=f"bf16-{c}") for c in GPU_CONFIGS]
                  + [pytest.param(torch.float16, c, id=f"fp16-{c}") for c in FP16_CONFIGS])
 
@@ -632,9 +644,11 @@ def test_cached_launches_follow_their_arguments(graphs, monkeypatch):
                                 dict(tile=(64, 64, 64), schedule="uniform", stream_k=True),
                                 dict(tile=(64, 256, 64), cluster_m=2, schedule="uniform", stream_k=True),
                                 dict(tile=(128, 64, 64), cluster_m=1, cluster_n=2, schedule="uniform",
+                                     stream_k=True),
+                                dict(tile=(128, 64, 64), cluster_m=2, cluster_n=2, schedule="uniform",
                                      stream_k=True)],
                          ids=["default", "stream-k", "64x128", "64x64-stream-k", "64x256-cluster2-stream-k",
-                              "64-cluster2n-stream-k"])
+                              "64-cluster2n-stream-k", "64-cluster2x2-stream-k"])
 def test_dynamic_schedule_leaves_its_counter_at_zero(M, N, K, kw):
     """The last cluster out zeroes the item counter and each stream-K FINISH its flag, so the next launch (or
     graph replay) starts clean: repeated calls stay exact and the counter reads all zeros between them."""
@@ -826,6 +840,8 @@ def test_trace_frame_refuses_a_launch_that_did_not_finish():
 @pytest.mark.parametrize("M,N,K,kw", [(2048, 5120, 1024, {}), (1000, 1032, 520, dict(schedule="uniform",
                                                                                       stream_k=True)),
                                      (1000, 1032, 520, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1,
+                                                            cluster_n=2)),
+                                     (1000, 1032, 520, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=2,
                                                             cluster_n=2))])
 def test_timeline_records_every_row_on_every_cta_of_its_cluster_in_order(M, N, K, kw):
     a = torch.randint(-3, 4, (M, K), device="cuda").to(torch.bfloat16)

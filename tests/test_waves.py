@@ -227,8 +227,11 @@ def test_default_slots_from_the_spec():
     assert waves.plan(4096, 4096, gpu="h200", tile_m=256, tile_ns=(256,)).slots == 132
     assert waves.plan(4096, 4096, gpu="h200", tile_m=256, tile_ns=(256,), ctas_per_item=2).slots == 66
     assert waves.plan(4096, 4096, gpu=gpus.H200, tile_m=256, tile_ns=(256,), slots=60).slots == 60
+    assert waves.slots_for("h200", 4) == gpus.H200.cluster_quads          # asked of the H200's driver once
     with pytest.raises(ValueError, match="slots="):
-        waves.slots_for("h200", 4)
+        waves.slots_for("b200", 4)
+    with pytest.raises(ValueError, match="slots="):
+        waves.slots_for("h200", 3)
 
 
 @pytest.mark.gpu

@@ -42,6 +42,7 @@ class GpuSpec:
     source: str                # where each number above comes from
     measured: Mapping[str, float] = field(default_factory=dict, compare=False, hash=False)
     measured_source: str = ""
+    cluster_quads: int | None = None   # 4-CTA clusters resident at once (one CTA per SM), where the driver was asked
 
     def __post_init__(self):
         # a read-only view, so that the module-level specs cannot be edited by accident
@@ -101,6 +102,7 @@ H200 = GpuSpec(
     arch="sm_90a",
     sm_count=132,
     cluster_pairs=66,
+    cluster_quads=32,    # PROVISIONAL
     smem_per_sm_kib=228,
     smem_per_block_kib=227,
     hbm_tbps=4.8,
