@@ -91,6 +91,11 @@ HOPPER_CANDIDATES = {
     "64 uniform cluster2n": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2),
     "128 uniform cluster2n": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=1, cluster_n=2),
     "64 stream-k cluster2n": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2, stream_k=True),
+    # 2 x 2 clusters ("cluster2x2"): A shared along each row of CTAs, B along each column, so a CTA loads half of
+    # each tile; four-CTA clusters fit 30 at once on the H200 (not 33), so stream-K fills the last wave.
+    "128 uniform cluster2x2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, cluster_n=2),
+    "128 stream-k cluster2x2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, cluster_n=2, stream_k=True),
+    "64 stream-k cluster2x2": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=2, cluster_n=2, stream_k=True),
 }
 HOPPER_FALLBACK = "256 balanced cluster2"   # the rule's choice where the sweep has nothing nearby (= HOPPER_DEFAULT)
 
