@@ -185,6 +185,12 @@ class Options(BackendOptions):
         """CTAs per cluster: one work item runs on this many CTAs at once."""
         return self.cluster_m * self.cluster_n
 
+    def k_block_load_bytes(self, element_bytes: int = 2) -> int:
+        """Bytes one CTA loads from L2 per K-block: its share of the A tile its row of the cluster shares (1 /
+        cluster_n) and of the B tile its column shares (1 / cluster_m); the multicast delivers the rest."""
+        tile_k = self.tile[2]
+        return (self.tile_m * tile_k // self.cluster_n + self.tile_n * tile_k // self.cluster_m) * element_bytes
+
     @property
     def ring_stages(self) -> int:
         """The ring depth this run compiles: `stages`, or the most that fit."""

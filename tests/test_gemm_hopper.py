@@ -192,6 +192,15 @@ def test_cluster_along_n_multicasts_a_and_loads_its_own_b():
     assert multicast > 0 and plain == 0, (multicast, plain)
 
 
+def test_k_block_load_bytes_count_each_ctas_share_of_what_its_cluster_shares():
+    """What one CTA loads per 64-deep K-block (bf16), the figure notebook 13 compares with cuBLAS's L2 sectors."""
+    def kib(**kw):
+        return hopper_options.Options(tile=(128, 64, 64), schedule="uniform", **kw).k_block_load_bytes() / 1024
+    assert kib(cluster_m=1) == 24 and kib(cluster_m=2) == 20 and kib(cluster_m=1, cluster_n=2) == 16
+    assert kib(cluster_m=2, cluster_n=2) == 12
+    assert hopper_options.Options(tile=(64, 128, 64), cluster_m=2).k_block_load_bytes(4) == 32 * 1024
+
+
 def test_a_cluster_along_n_plans_double_width_uniform_items():
     for tile_n in (64, 128, 256):
         o = hopper_options.Options(tile=(128, tile_n, 64), cluster_m=1, cluster_n=2)

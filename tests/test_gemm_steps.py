@@ -212,7 +212,8 @@ def test_launch_smem_refuses_a_build_it_cannot_read():
 def test_exercise_checkers_accept_the_librarys_answer_and_hint_otherwise(name):
     right = exercises._answer(name)
     assert exercises.check(name, right) and str(exercises.check(name, right)).startswith("Right.")
-    wrong = {"stages": 4, "stage_gain": {64, 128, 192}, "waves": (3.88, 4.0), "balance": (240, 3.25)}[name]
+    wrong = {"stages": 4, "stage_gain": {64, 128, 192}, "waves": (3.88, 4.0), "balance": (240, 3.25),
+             "cluster_bytes": (16, 32, 2)}[name]
     result = exercises.check(name, wrong)
     assert not result and result.message == exercises.HINTS[name]
     assert str(right) not in result.message                     # the hint never gives the answer away
@@ -224,6 +225,7 @@ def test_exercise_answers_follow_the_arithmetic():
     assert exercises._answer("stage_gain") == {64, 128}
     assert exercises._answer("waves") == (3.15, 4.0)           # 416 tiles on 132 SMs
     assert exercises._answer("balance") == (192, 3.25)
+    assert exercises._answer("cluster_bytes") == (12, 32, 2)      # 8 KiB of A + 4 of B; 4 x 8 items; 32 > 30
     assert not exercises.check("stages", True) and not exercises.check("waves", 3.15)
     with pytest.raises(ValueError, match="no exercise"):
         exercises.check("nope", 1)
@@ -364,6 +366,7 @@ def test_findings_read_the_committed_data():
     pairs = findings.pairings()
     assert list(pairs.columns) == list(findings.PAIRINGS) and len(pairs) == len(findings.FEW_TILE_KHEAVY)
     assert (pairs > 0).all(axis=None) and pairs.attrs["commit"]
+    assert list(findings.pairings(labels=findings.CLUSTERS_2X2).columns) == list(findings.CLUSTERS_2X2)
 
 
 def test_ncu_tool_keeps_only_the_metrics_this_ncu_lists(tmp_path):

@@ -6,7 +6,7 @@
     exercises.check("stages", 5)          # -> a workbook.exercises.Verdict: right, or a hint (never the answer)
     exercises.solution("stages")          # the worked answer, for the folded-away cell
 
-Names: "stages" (notebook 10), "stage_gain" (11), "waves" and "balance" (12).
+Names: "stages" (notebook 10), "stage_gain" (11), "waves" and "balance" (12), "cluster_bytes" (13).
 """
 from __future__ import annotations
 
@@ -28,6 +28,15 @@ def _plan(M, N, schedule):
 STAGE_TILE = (128, 192, 64)
 GAIN_WIDTHS = (64, 128, 192, 256)
 WAVE_SHAPE = (2048, 6656)
+CLUSTER_SHAPE, CLUSTER_TILE = (1024, 1024), (128, 64, 64)
+
+
+def _cluster_2x2():
+    from gemm_kernels import hopper_options, waves
+    options = hopper_options.Options(tile=CLUSTER_TILE, schedule="uniform", cluster_m=2, cluster_n=2)
+    items = (-(-CLUSTER_SHAPE[0] // (2 * CLUSTER_TILE[0]))) * (-(-CLUSTER_SHAPE[1] // (2 * CLUSTER_TILE[1])))
+    slots = waves.slots_for(gpus.H200, options.cluster_size)
+    return options, items, slots
 
 
 def _answer(name: str):
@@ -42,6 +51,9 @@ def _answer(name: str):
     if name == "balance":
         balanced = _plan(*WAVE_SHAPE, "balanced")
         return balanced.narrow, balanced.makespan
+    if name == "cluster_bytes":
+        options, items, slots = _cluster_2x2()
+        return options.k_block_load_bytes() / 1024, items, -(-items // slots)
     raise ValueError(f"no exercise {name!r}; exercises: {sorted(QUESTIONS)}")
 
 
@@ -59,6 +71,11 @@ QUESTIONS = {
                "g + 1 tiles of width 256 g / (g + 1), widths in steps of 16, the narrow tiles last): which narrow "
                "width gives the shortest predicted makespan, and what is it (in 256-wide tile times)? Answer "
                "with (width, makespan).",
+    "cluster_bytes": f"{CLUSTER_TILE[0]} x {CLUSTER_TILE[1]} bf16 tiles, 64-deep K-blocks, in 2 x 2 clusters (A shared "
+                     "by the two CTAs of a row, B by the two of a column, each loading half of what it shares): how "
+                     "many KiB does one CTA load from L2 per K-block; how many four-CTA work items does "
+                     f"{CLUSTER_SHAPE[0]} x {CLUSTER_SHAPE[1]} make; and in how many waves do they run on the H200, "
+                     "which holds 30 four-CTA clusters at a time? Answer with (KiB, items, waves).",
 }
 
 HINTS = {
@@ -71,6 +88,8 @@ HINTS = {
     "balance": "(-tiles) mod 132 re-cuts fill the last wave. For each width w, the busiest SM runs some wide and "
                "some narrow tiles: add their widths and divide by 256. gemm_kernels.waves.alternatives lists "
                "every candidate.",
+    "cluster_bytes": "Per CTA: half of a tile_m x 64 A tile plus half of a 64 x tile_n B tile, 2 bytes each. An "
+                     "item covers 2 tile_m rows and 2 tile_n columns; waves round up.",
 }
 
 
@@ -112,4 +131,8 @@ def solution(name: str) -> str:
         return f"{expected}:\n" + "\n".join(lines)
     if name == "waves":
         return f"{expected}: {_plan(*WAVE_SHAPE, 'uniform').describe()}"
+    if name == "cluster_bytes":
+        options, items, slots = _cluster_2x2()
+        return (f"{expected}: (128 x 64 / 2 + 64 x 64 / 2) x 2 bytes = {options.k_block_load_bytes()} bytes; "
+                f"{items} items of {2 * CLUSTER_TILE[0]} x {2 * CLUSTER_TILE[1]} on {slots} clusters")
     return f"{expected}: {_plan(*WAVE_SHAPE, 'balanced').describe()}"

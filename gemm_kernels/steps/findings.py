@@ -80,19 +80,24 @@ FEW_TILE_KHEAVY = ((1024, 1024, 8192), (1024, 1024, 16384), (1024, 1024, 32768),
                    (512, 2048, 16384))
 PAIRINGS = {"128×64 alone": "64 uniform cluster1", "64×128, pair along M": "64x128 uniform cluster2",
             "128×64, pair along N": "64 uniform cluster2n", "torch.matmul (cuBLAS)": "torch.matmul"}
+# The 2 x 2 cluster beside the best pairs: 128 x 128 tiles (items of 256 x 256, few enough for the 30 four-CTA
+# clusters the H200 holds), stream-K spreading the items' K over every cluster.
+CLUSTERS_2X2 = {"64×128, pair along M": "64x128 uniform cluster2", "128×64, pair along N": "64 uniform cluster2n",
+                "128×128, 2 × 2, stream-K": "128 stream-k cluster2x2", "torch.matmul (cuBLAS)": "torch.matmul"}
 PAIRS_NCU = PROBES / "ncu_kheavy_pairs.txt"   # tools/ncu_gemm_steps.py --candidates, at 1024 x 1024 x 8192
 PAIRS_L2_NCU = PROBES / "ncu_kheavy_pairs_l2.txt"   # the same with the L2's sector counters
 
 
-def pairings(shapes=FEW_TILE_KHEAVY) -> pd.DataFrame:
-    """GPU time per call (µs: the sweep's CUPTI kernel durations) of each of PAIRINGS at the few-tile K-heavy
-    shapes, from the k-heavy class's latest run in gemm_config_sweep.csv: one row per shape ("M×N×K"), one column
+def pairings(shapes=FEW_TILE_KHEAVY, labels=None) -> pd.DataFrame:
+    """GPU time per call (µs: the sweep's CUPTI kernel durations) of each of `labels` ({label: variant}, PAIRINGS
+    by default) at the few-tile K-heavy shapes, from the k-heavy class's latest run in gemm_config_sweep.csv: one row per shape ("M×N×K"), one column
     per label; `attrs["commit"]` is the run's commit."""
     from gemm_kernels import rule, sweep
     frame = rule.latest_run(records.read("h200", sweep.TABLE))
     rows = frame[(frame["class"] == "k-heavy") & (frame.timing == sweep.GPU)]
     us = rows.pivot_table(index=["M", "N", "K"], columns="variant", values="ms_median") * 1e3
-    out = us.loc[list(shapes), list(PAIRINGS.values())].set_axis(list(PAIRINGS), axis=1)
+    labels = PAIRINGS if labels is None else labels
+    out = us.loc[list(shapes), list(labels.values())].set_axis(list(labels), axis=1)
     out.index = [f"{m}×{n}×{k}" for m, n, k in out.index]
     out.attrs["commit"] = ", ".join(sorted(set(rows.commit.astype(str))))
     return out

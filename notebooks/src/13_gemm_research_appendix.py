@@ -16,16 +16,17 @@
 # 6. A fair benchmark gives each timed call a neighbour of its own kind (the turn order).
 # 7. A CTA pair along N, sharing A as cuBLAS's kernel does on few-tile K-heavy shapes, moved the same bytes and did
 #    not buy cuBLAS's time.
+# 8. A 2 × 2 cluster reads the L2 bytes cuBLAS reads, and closes most of that gap where its items fit one wave.
 #
 # All of it runs on a CPU, from the recorded files.
 
 # %%
 import matplotlib.pyplot as plt
 import pandas as pd
-from IPython.display import display
+from IPython.display import HTML, display
 
 from gemm_kernels import hopper, timeline_plot
-from gemm_kernels.steps import findings
+from gemm_kernels.steps import exercises, findings
 from workbook import plots, stepper
 
 pd.set_option("display.precision", 3)
@@ -262,8 +263,53 @@ display((counts / counts.loc["torch.matmul"]).round(2).T)
 # reads. Both pairs load 16 KiB per CTA and K-block by the tile arithmetic above (the profile counts a little more,
 # the tile alone a little less than its 24 KiB); what cuBLAS reads is about what a 2 × 2 cluster, sharing A along N
 # *and* B along M, would load (12 KiB). Whatever its kernel does to get there, the bytes our kernel asks of the L2
-# are the next thing to cut at these shapes, not the pairing. The pair along N stays a candidate: the rule takes it
-# where it measured best (6144 × 1024 × 32768).
+# are the next thing to cut at these shapes, not the pairing. The pair along N stays a candidate of the rule.
+#
+# ## Finding 8: a 2 × 2 cluster reads cuBLAS's bytes
+#
+# Four CTAs, two along M and two along N, run an item of 2 tile_m × 2 tile_n: A is shared by the two CTAs of a row
+# and B by the two of a column, so each CTA loads half of each tile it computes with (12 KiB per K-block for
+# 128 × 64 tiles, `Options.k_block_load_bytes`). What changes in the kernel: each multicast goes to the CTAs that
+# share that operand, not to the whole cluster (ranks are column-major: rank_m = rank % 2), and a ring slot is now
+# written by three CTAs (its own, its row peer, its column peer), so its empty barrier waits for (cm + cn − 1) × the
+# consumer warps.
+
+# %%
+display(stepper.excerpt(hopper, "# the multicasts' targets", "to_column = "))
+
+# %% [markdown]
+# The H200's driver fits only 30 four-CTA clusters at a time (66 pairs, not 132 / 4 = 33: `gpus.H200.cluster_quads`,
+# asked of the driver), so 128 × 64 tiles at 1024 × 1024 make 32 items and two waves (the exercise below). The
+# candidate that pays is 128 × 128 tiles (16 items of 256 × 256) with stream-K spreading their K-blocks over all 30
+# clusters, timed in the k-heavy sweep beside the pairs:
+
+# %%
+quads = findings.pairings(labels=findings.CLUSTERS_2X2)
+plots.dumbbell(quads.index, {c: quads[c] for c in quads.columns}, xlabel="GPU time per call (µs, log scale)",
+               title="Few-tile K-heavy shapes: the 2 × 2 cluster beside the best pairs and cuBLAS",
+               source=f"H200, {findings.relative(findings.H200 / 'gemm_config_sweep.csv')} (CUPTI kernel "
+                      f"durations), commit {quads.attrs['commit']}")
+plt.show()
+print(quads.drop(columns="torch.matmul (cuBLAS)").div(quads["torch.matmul (cuBLAS)"], axis=0).round(2).rename(
+    columns=lambda c: c + " / cuBLAS").to_string())
+
+# %% [markdown]
+# The 2 × 2 cluster is the fastest of ours at all five shapes, 1.07–1.27× cuBLAS's GPU time against 1.19–1.64× for
+# the better pair; the rule takes it at these shapes. It is still behind cuBLAS: at the L2 bytes the tile arithmetic gives cuBLAS,
+# the gap that is left is no longer the operands' bytes (the tensor pipe's busy share and the clock of finding 7 are the next
+# leads). Where the items are many (2048 × 2048 × 16384: 64 items, 2.1 waves of 30) it loses to the pairs, which
+# fit 66 at a time: a cluster's size sets its wave count, not only its bytes.
+#
+# **Exercise.** Count what a 2 × 2 cluster of 128 × 64 tiles loads and how its items fill the H200.
+
+# %%
+print(exercises.question("cluster_bytes"))
+answer = None   # your (KiB, items, waves)
+exercises.check("cluster_bytes", answer) if answer is not None else print("set `answer` and run this cell")
+
+# %%
+display(HTML(f"<details><summary>Solution (click to open)</summary><pre>{exercises.solution('cluster_bytes')}</pre>"
+             "</details>"))
 
 # %% [markdown]
 # ## Take-aways
@@ -276,4 +322,5 @@ display((counts / counts.loc["torch.matmul"]).round(2).T)
 # * A model is as good as its unit of cost: "time proportional to width" holds for 240, not for 248.
 # * A fair benchmark shares the chip's drift *and* gives each timed call its own kind of neighbour.
 # * Copying the shape of a faster kernel (its tile, its cluster) copies its bytes, not its speed: at few-tile
-#   K-heavy shapes our kernels keep the L2 busier per product than cuBLAS whatever the pairing.
+#   K-heavy shapes our pairs keep the L2 busier per product than cuBLAS. Counting the bytes cuBLAS reads led to the
+#   2 × 2 cluster, which reads as few and closes most of the gap where its items fit the 30 clusters the H200 holds.

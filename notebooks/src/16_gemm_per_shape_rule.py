@@ -50,11 +50,13 @@ print("rule check (gemm() as shipped):", sweep_plot.CHECK_SOURCE if check is not
 #
 # Each candidate is a tile (128 rows × 64 … 256 columns, two consumer warpgroups; or, for skinny problems, 64 rows
 # and one consumer warpgroup, so that a 16-row A is not mostly zero fill), a cluster (1 CTA; 2 stacked along M
-# sharing each B tile by TMA multicast; or, `cluster2n`, 2 side by side along N sharing each A tile) and a
+# sharing each B tile by TMA multicast; `cluster2n`, 2 side by side along N sharing each A tile; or `cluster2x2`,
+# four sharing A along each row and B along each column) and a
 # schedule: *balanced* (the last wave filled with narrower tiles, notebook 12), *stream-K* (the last wave, or the
 # whole grid when the tiles are fewer than the SMs, split along K), *uniform*, or *one-per-item* (a CTA per tile
 # instead of persistent CTAs). The short names in the figures read width, schedule, cluster:
-# `256b2` is the fixed default, `64x128u1` a 64-row tile, `64u2n` a pair along N (notebook 13, finding 7). The rule
+# `256b2` is the fixed default, `64x128u1` a 64-row tile, `64u2n` a pair along N (notebook 13, finding 7),
+# `128sk2x2` a 2 × 2 cluster with stream-K (finding 8). The rule
 # is learned from each class's latest sweep (`rule.latest_run`): every candidate of a class is judged against
 # `torch.matmul` in one run.
 
