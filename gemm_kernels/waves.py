@@ -145,19 +145,22 @@ def _live_slots(spec, ctas_per_item: int) -> int | None:
     here = gpus.current()
     if here is None or here.key != spec.key:
         return None
-    try:
-        return _driver_max_active_clusters(torch.cuda.current_device(), ctas_per_item)
-    except Exception as err:  # an old driver, say; the live spec's counts are still right for 1 and 2 CTAs
-        fallback = {1: here.sm_count, 2: here.cluster_pairs}.get(ctas_per_item)
-        warnings.warn(f"could not ask the driver how many {ctas_per_item}-CTA clusters fit ({err}); "
-                      f"using {fallback} from the {here.name} spec", RuntimeWarning, stacklevel=3)
-        return fallback
+    return _asked(torch.cuda.current_device(), ctas_per_item, here)
 
 
 @functools.lru_cache(maxsize=None)
-def _driver_max_active_clusters(device: int, ctas_per_item: int) -> int:
-    from cutlass.utils import HardwareInfo
-    return int(HardwareInfo(device).get_max_active_clusters(ctas_per_item))
+def _asked(device: int, ctas_per_item: int, here) -> int | None:
+    """The driver's count, asked once per device and cluster size; where it cannot say (an old driver, no CUDA
+    context yet) the spec's count, with one warning: a planner that asks per shape would otherwise ask again and
+    again, each time at a driver call's cost."""
+    try:
+        from cutlass.utils import HardwareInfo
+        return int(HardwareInfo(device).get_max_active_clusters(ctas_per_item))
+    except Exception as err:
+        fallback = {1: here.sm_count, 2: here.cluster_pairs, 4: here.cluster_quads}.get(ctas_per_item)
+        warnings.warn(f"could not ask the driver how many {ctas_per_item}-CTA clusters fit ({err}); "
+                      f"using {fallback} from the {here.name} spec", RuntimeWarning, stacklevel=4)
+        return fallback
 
 
 def plan(M: int, N: int, *, gpu, tile_m: int, tile_ns: Iterable[int], balanced: bool = True,

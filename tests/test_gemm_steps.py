@@ -367,6 +367,8 @@ def test_findings_read_the_committed_data():
     assert list(pairs.columns) == list(findings.PAIRINGS) and len(pairs) == len(findings.FEW_TILE_KHEAVY)
     assert (pairs > 0).all(axis=None) and pairs.attrs["commit"]
     assert list(findings.pairings(labels=findings.CLUSTERS_2X2).columns) == list(findings.CLUSTERS_2X2)
+    quads = findings.ncu_table(findings.CLUSTER_2X2_NCU)
+    assert len(quads) == 3 and (quads["L2 sectors read"] > 0).all()
 
 
 def test_ncu_tool_keeps_only_the_metrics_this_ncu_lists(tmp_path):

@@ -234,6 +234,34 @@ def test_default_slots_from_the_spec():
         waves.slots_for("h200", 3)
 
 
+def test_a_driver_that_cannot_say_is_asked_once_and_the_spec_answers(monkeypatch):
+    """On the GPU itself with no CUDA context yet (a rule fit right after a sweep), the driver's refusal falls back
+    to the spec's counts, 4-CTA clusters included, with one warning per cluster size, not one per plan."""
+    import warnings
+
+    import cutlass.utils
+    asked = []
+
+    class Refusing:
+        def __init__(self, device):
+            asked.append(device)
+            raise RuntimeError("CUDA_ERROR_INVALID_CONTEXT")
+
+    monkeypatch.setattr(cutlass.utils, "HardwareInfo", Refusing)
+    monkeypatch.setattr(gpus, "current", lambda: gpus.H200)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 99)     # a device no other test has asked about
+    waves._asked.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="4-CTA clusters fit .* using 30"):
+            assert waves.slots_for("h200", 4) == gpus.H200.cluster_quads
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert [waves.slots_for("h200", 4) for _ in range(3)] == [30] * 3
+        assert asked == [99]
+    finally:
+        waves._asked.cache_clear()
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_live_slots_come_from_the_driver():

@@ -86,6 +86,7 @@ CLUSTERS_2X2 = {"64×128, pair along M": "64x128 uniform cluster2", "128×64, pa
                 "128×128, 2 × 2, stream-K": "128 stream-k cluster2x2", "torch.matmul (cuBLAS)": "torch.matmul"}
 PAIRS_NCU = PROBES / "ncu_kheavy_pairs.txt"   # tools/ncu_gemm_steps.py --candidates, at 1024 x 1024 x 8192
 PAIRS_L2_NCU = PROBES / "ncu_kheavy_pairs_l2.txt"   # the same with the L2's sector counters
+CLUSTER_2X2_NCU = PROBES / "ncu_kheavy_2x2_l2.txt"   # the 2 x 2 stream-K one, the pair along M and cuBLAS, the same
 
 
 def pairings(shapes=FEW_TILE_KHEAVY, labels=None) -> pd.DataFrame:

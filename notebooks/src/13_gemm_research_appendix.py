@@ -292,13 +292,19 @@ plots.dumbbell(quads.index, {c: quads[c] for c in quads.columns}, xlabel="GPU ti
 plt.show()
 print(quads.drop(columns="torch.matmul (cuBLAS)").div(quads["torch.matmul (cuBLAS)"], axis=0).round(2).rename(
     columns=lambda c: c + " / cuBLAS").to_string())
+profile = findings.ncu_table(findings.CLUSTER_2X2_NCU).rename(index=lambda c: c.split(" ", 1)[1])
+display(profile[["time (ms)", "L2 sectors read", "L2 sectors written", "DRAM read (GB)", "tensor pipe busy (%)",
+                 "stall: barrier (%)"]].round(4))
 
 # %% [markdown]
 # The 2 × 2 cluster is the fastest of ours at all five shapes, 1.07–1.27× cuBLAS's GPU time against 1.19–1.64× for
-# the better pair; the rule takes it at these shapes. It is still behind cuBLAS: at the L2 bytes the tile arithmetic gives cuBLAS,
-# the gap that is left is no longer the operands' bytes (the tensor pipe's busy share and the clock of finding 7 are the next
-# leads). Where the items are many (2048 × 2048 × 16384: 64 items, 2.1 waves of 30) it loses to the pairs, which
-# fit 66 at a time: a cluster's size sets its wave count, not only its bytes.
+# the better pair; the rule takes it at these shapes. Nsight Compute at 1024 × 1024 × 8192 (the table,
+# `probes/ncu_kheavy_2x2_l2.txt`) says where the rest of the gap is not: the 2 × 2 kernel reads *fewer* L2 sectors
+# than cuBLAS. It writes several times as many (stream-K's partial sums, which also add DRAM traffic), keeps the
+# tensor pipe busy for a smaller share of a longer run, and its warps wait at barriers about twice as often as
+# cuBLAS's: the hand-over of partial sums and the waits of four CTAs on one another's slots are the next leads. Where
+# the items are many (2048 × 2048 × 16384: 64 items, 2.1 waves of 30) it loses to the pairs, which fit 66 at a time:
+# a cluster's size sets its wave count, not only its bytes.
 #
 # **Exercise.** Count what a 2 × 2 cluster of 128 × 64 tiles loads and how its items fill the H200.
 
