@@ -155,6 +155,7 @@ def _asked(device: int, ctas_per_item: int, here) -> int | None:
     again, each time at a driver call's cost."""
     try:
         from cutlass.utils import HardwareInfo
+        torch.cuda.synchronize(device)      # the driver answers only in a current context: torch makes it
         return int(HardwareInfo(device).get_max_active_clusters(ctas_per_item))
     except Exception as err:
         fallback = {1: here.sm_count, 2: here.cluster_pairs, 4: here.cluster_quads}.get(ctas_per_item)
