@@ -137,8 +137,8 @@ def slots_for(gpu, ctas_per_item: int = 1) -> int:
         return spec.cluster_pairs
     if ctas_per_item == 4 and spec.cluster_quads is not None:
         return spec.cluster_quads
-    raise ValueError(f"the {spec.name} spec knows slots for 1- and 2-CTA items{' and 4' if spec.cluster_quads else ''}, "
-                     f"not {ctas_per_item}; pass slots= explicitly")
+    known = "1-, 2- and 4-CTA" if spec.cluster_quads else "1- and 2-CTA"
+    raise ValueError(f"the {spec.name} spec knows slots for {known} items, not {ctas_per_item}; pass slots= explicitly")
 
 
 def _live_slots(spec, ctas_per_item: int) -> int | None:

@@ -250,6 +250,7 @@ def test_a_driver_that_cannot_say_is_asked_once_and_the_spec_answers(monkeypatch
     monkeypatch.setattr(cutlass.utils, "HardwareInfo", Refusing)
     monkeypatch.setattr(gpus, "current", lambda: gpus.H200)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 99)     # a device no other test has asked about
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
     waves._asked.cache_clear()
     try:
         with pytest.warns(RuntimeWarning, match="4-CTA clusters fit .* using 30"):

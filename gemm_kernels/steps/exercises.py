@@ -75,7 +75,8 @@ QUESTIONS = {
                      "by the two CTAs of a row, B by the two of a column, each loading half of what it shares): how "
                      "many KiB does one CTA load from L2 per K-block; how many four-CTA work items does "
                      f"{CLUSTER_SHAPE[0]} x {CLUSTER_SHAPE[1]} make; and in how many waves do they run on the H200, "
-                     "which holds 30 four-CTA clusters at a time? Answer with (KiB, items, waves).",
+                     f"which holds {gpus.H200.cluster_quads} four-CTA clusters at a time? Answer with (KiB, items, "
+                     "waves).",
 }
 
 HINTS = {
@@ -133,6 +134,7 @@ def solution(name: str) -> str:
         return f"{expected}: {_plan(*WAVE_SHAPE, 'uniform').describe()}"
     if name == "cluster_bytes":
         options, items, slots = _cluster_2x2()
-        return (f"{expected}: (128 x 64 / 2 + 64 x 64 / 2) x 2 bytes = {options.k_block_load_bytes()} bytes; "
+        m, n, k = CLUSTER_TILE
+        return (f"{expected}: ({m} x {k} / 2 + {k} x {n} / 2) x 2 bytes = {options.k_block_load_bytes()} bytes; "
                 f"{items} items of {2 * CLUSTER_TILE[0]} x {2 * CLUSTER_TILE[1]} on {slots} clusters")
     return f"{expected}: {_plan(*WAVE_SHAPE, 'balanced').describe()}"
