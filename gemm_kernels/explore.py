@@ -38,7 +38,9 @@ def _work_list(M: int, N: int, gpu, configuration: str):
     options = _named(gpu.arch)[configuration]
     if gpu.arch == "sm_90a":
         plan = hopper_options.plan_for(M, N, options, gpu)
-        return plan, "CTA pair (cluster of 2)" if options.cluster_size == 2 else "SM", options.stream_k
+        size = options.cluster_size
+        slot = {1: "SM", 2: "CTA pair (cluster of 2)"}.get(size, f"cluster of {size} CTAs")
+        return plan, slot, options.stream_k
     return blackwell_options.plan(M, N, options), "CTA pair", False
 
 

@@ -131,14 +131,17 @@ def slots_for(gpu, ctas_per_item: int = 1) -> int:
     live = _live_slots(spec, ctas_per_item)
     if live is not None:
         return live
-    if ctas_per_item == 1:
-        return spec.sm_count
-    if ctas_per_item == 2:
-        return spec.cluster_pairs
-    if ctas_per_item == 4 and spec.cluster_quads is not None:
-        return spec.cluster_quads
-    known = "1-, 2- and 4-CTA" if spec.cluster_quads else "1- and 2-CTA"
-    raise ValueError(f"the {spec.name} spec knows slots for {known} items, not {ctas_per_item}; pass slots= explicitly")
+    counted = _spec_slots(spec, ctas_per_item)
+    if counted is None:
+        known = "1-, 2- and 4-CTA" if spec.cluster_quads else "1- and 2-CTA"
+        raise ValueError(f"the {spec.name} spec knows slots for {known} items, not {ctas_per_item}; "
+                         f"pass slots= explicitly")
+    return counted
+
+
+def _spec_slots(spec, ctas_per_item: int) -> int | None:
+    """The spec's count: SMs, CTA pairs, or four-CTA clusters where the driver was asked once; else None."""
+    return {1: spec.sm_count, 2: spec.cluster_pairs, 4: spec.cluster_quads}.get(ctas_per_item)
 
 
 def _live_slots(spec, ctas_per_item: int) -> int | None:
@@ -158,7 +161,7 @@ def _asked(device: int, ctas_per_item: int, here) -> int | None:
         torch.cuda.synchronize(device)      # the driver answers only in a current context: torch makes it
         return int(HardwareInfo(device).get_max_active_clusters(ctas_per_item))
     except Exception as err:
-        fallback = {1: here.sm_count, 2: here.cluster_pairs, 4: here.cluster_quads}.get(ctas_per_item)
+        fallback = _spec_slots(here, ctas_per_item)
         warnings.warn(f"could not ask the driver how many {ctas_per_item}-CTA clusters fit ({err}); "
                       f"using {fallback} from the {here.name} spec", RuntimeWarning, stacklevel=4)
         return fallback

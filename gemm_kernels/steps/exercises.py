@@ -32,11 +32,11 @@ CLUSTER_SHAPE, CLUSTER_TILE = (1024, 1024), (128, 64, 64)
 
 
 def _cluster_2x2():
-    from gemm_kernels import hopper_options, waves
+    """(the options, their work items at CLUSTER_SHAPE, the clusters the H200 holds at once), from the planner."""
+    from gemm_kernels import hopper_options
     options = hopper_options.Options(tile=CLUSTER_TILE, schedule="uniform", cluster_m=2, cluster_n=2)
-    items = (-(-CLUSTER_SHAPE[0] // (2 * CLUSTER_TILE[0]))) * (-(-CLUSTER_SHAPE[1] // (2 * CLUSTER_TILE[1])))
-    slots = waves.slots_for(gpus.H200, options.cluster_size)
-    return options, items, slots
+    plan = hopper_options.plan_for(*CLUSTER_SHAPE, options, gpus.H200)
+    return options, len(plan.items), plan.slots
 
 
 def _answer(name: str):

@@ -91,8 +91,8 @@ CLUSTER_2X2_NCU = PROBES / "ncu_kheavy_2x2_l2.txt"   # the 2 x 2 stream-K one, t
 
 def pairings(shapes=FEW_TILE_KHEAVY, labels=None) -> pd.DataFrame:
     """GPU time per call (µs: the sweep's CUPTI kernel durations) of each of `labels` ({label: variant}, PAIRINGS
-    by default) at the few-tile K-heavy shapes, from the k-heavy class's latest run in gemm_config_sweep.csv: one row per shape ("M×N×K"), one column
-    per label; `attrs["commit"]` is the run's commit."""
+    by default) at the few-tile K-heavy shapes, from the k-heavy class's latest run in gemm_config_sweep.csv: one
+    row per shape ("M×N×K"), one column per label; `attrs["commit"]` is the run's commit."""
     from gemm_kernels import rule, sweep
     frame = rule.latest_run(records.read("h200", sweep.TABLE))
     rows = frame[(frame["class"] == "k-heavy") & (frame.timing == sweep.GPU)]

@@ -279,9 +279,9 @@ display(stepper.excerpt(hopper, "# the multicasts' targets", "to_column = "))
 
 # %% [markdown]
 # The H200's driver fits 66 CTA pairs but only 30 four-CTA clusters at a time (not 132 / 4 = 33:
-# `gpus.H200.cluster_quads`, asked of the driver), so 128 × 64 tiles at 1024 × 1024 make 32 items and two waves (the exercise below). The
-# candidate that pays is 128 × 128 tiles (16 items of 256 × 256) with stream-K spreading their K-blocks over all 30
-# clusters, timed in the k-heavy sweep beside the pairs:
+# `gpus.H200.cluster_quads`, asked of the driver), so 128 × 64 tiles at 1024 × 1024 make 32 items and two waves
+# (the exercise below). The candidate that pays is 128 × 128 tiles (16 items of 256 × 256) with stream-K spreading
+# their K-blocks over all 30 clusters, timed in the k-heavy sweep beside the pairs:
 
 # %%
 quads = findings.pairings(labels=findings.CLUSTERS_2X2)

@@ -87,9 +87,10 @@ display(pd.DataFrame(rows).set_index(["shape", "tile"]))
 # %% [markdown]
 # **K-heavy** problems (K ≥ 4 · max(M, N)) have few tiles and a long K loop each: only splitting K into parts
 # that different SMs sum fills the GPU, and each CTA streams its operands for the whole K, so what it reads per
-# K-block matters too (2 × 2 clusters halve it: notebook 13, finding 8). **Skinny** problems (M = 16: a decode step) are different again: the
-# tensor cores do almost nothing, and the time is reading B once from DRAM. A 128-row tile over 16 real rows
-# computes 8 × the needed work (cheap, it is idle anyway); what matters is how many SMs pull B at once:
+# K-block matters too (2 × 2 clusters halve it: notebook 13, finding 8). **Skinny** problems (M = 16: a decode
+# step) are different again: the tensor cores do almost nothing, and the time is reading B once from DRAM. A
+# 128-row tile over 16 real rows computes 8 × the needed work (cheap, it is idle anyway); what matters is how many
+# SMs pull B at once:
 
 # %%
 M, N, K = 16, 8192, 4096
