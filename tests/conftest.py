@@ -9,8 +9,10 @@ from workbook import records
 @pytest.fixture
 def ticking_clock(monkeypatch):
     """workbook.records' clock, a second later at every reading from 2026-01-01 00:00:00 UTC: rows appended one
-    after the other would carry different times."""
+    after the other would carry different times. The run's date it starts is the test's alone: a later test's rows
+    must not read back as older than the recorded runs."""
     seconds = iter(range(3600))
+    monkeypatch.setattr(records, "_run_date", records._run_date)
 
     class Clock(datetime.datetime):
         @classmethod
