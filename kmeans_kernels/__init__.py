@@ -118,11 +118,13 @@ def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
     """Index of the nearest centroid for every row of x, int32 [N]; -1 where no centroid scores finitely.
 
     `c_sq` (float32 [K], 0.5 is *not* folded in) may be passed to skip recomputing the norms across Lloyd
-    iterations. `out` (int32 [N]) is filled and returned when given.
+    iterations; without it they are computed on the GPU first, in one launch (`kmeans_kernels.norms`). `out`
+    (int32 [N]) is filled and returned when given.
     """
     call = _call(x, c, c_sq, out, variant)
     if c_sq is None:
-        c_sq = reference.centroid_norms(c)
+        c_sq = torch.empty_like(call.c_sq_like)
+        call.norms(c, c_sq)
     if out is None:
         out = torch.empty_like(call.out_like)   # parses no size, dtype or device: cheaper than torch.empty
     call.launch(x, c, c_sq, out)
@@ -132,7 +134,9 @@ def assign(x: torch.Tensor, c: torch.Tensor, *, variant: str = "auto",
 class _Call(NamedTuple):
     """What an assign call's signature fixes, worked out once (`_checked_call`)."""
     launch: Callable[..., None]     # (x, c, c_sq, out) -> None: the backend's launch of the chosen variant
+    norms: Callable[..., None]      # (c, c_sq) -> None: the launch of the centroid norms (`kmeans_kernels.norms`)
     out_like: torch.Tensor          # one int32 expanded to [N] on x's device
+    c_sq_like: torch.Tensor         # one float32 expanded to [K] on x's device
     N: int
     K: int
 
@@ -174,8 +178,9 @@ def _checked_call(x, c, c_sq, out, variant: str) -> _Call:
     chosen = be.auto_variant(N, D, K) if variant == "auto" else variant
     if chosen not in be.VARIANTS:
         raise ValueError(f"variant {chosen!r} does not exist for {arch}; choose from {('auto',) + tuple(be.VARIANTS)}")
-    found = _Call(be.launcher(chosen, N, D, K, x.dtype, device),
-                  x.new_empty(1, dtype=torch.int32).expand(N), N, K)
+    from kmeans_kernels import norms
+    found = _Call(be.launcher(chosen, N, D, K, x.dtype, device), norms.launcher(D, x.dtype, arch, device),
+                  x.new_empty(1, dtype=torch.int32).expand(N), x.new_empty(1, dtype=torch.float32).expand(K), N, K)
     if len(_signatures) >= SIGNATURES:
         _signatures.clear()
     _signatures[x.shape, c.shape, x.dtype, c.dtype, device, variant] = found

@@ -532,9 +532,11 @@ class _Lloyd:
         """ids of x to c rounded to x's dtype, into `out`. The rounded centroids and their norms live in the
         same two buffers every iteration: the kernel's launch cache, keyed by addresses, then hits."""
         self.c_low.copy_(c)
-        self.c_sq.copy_(reference.centroid_norms(self.c_low))
         if self.x.is_cuda:
+            from kmeans_kernels import norms   # one launch, not the reference's four
+            norms.centroid_norms(self.c_low, out=self.c_sq)
             return kmeans_kernels.assign(self.x, self.c_low, variant=self.variant, c_sq=self.c_sq, out=out)
+        self.c_sq.copy_(reference.centroid_norms(self.c_low))
         out.copy_(reference.assign(self.x, self.c_low, self.c_sq))
         return out
 

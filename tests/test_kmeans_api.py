@@ -249,3 +249,25 @@ def test_assign_remembers_each_variant_of_a_signature_apart(fake_backend):
     with pytest.raises(ValueError, match="'nope' does not exist"):
         kmeans_kernels.assign(x, c, variant="nope", c_sq=torch.ones(4))
     assert len(kmeans_kernels._signatures) == 2
+
+
+def test_assign_without_c_sq_launches_the_norms_into_a_fresh_float32_k_before_the_kernel(fake_backend, monkeypatch):
+    """The norms come from one launch of `kmeans_kernels.norms` (looked up once per signature), not the reference."""
+    from kmeans_kernels import norms
+    asked, ran = [], []
+
+    def launcher(D, dtype, arch, device):
+        asked.append((D, dtype, arch, device))
+        return lambda c, c_sq: ran.append((c, c_sq))
+    monkeypatch.setattr(norms, "launcher", launcher)
+    monkeypatch.setattr(kmeans_kernels.reference, "centroid_norms", lambda c: pytest.fail("the reference ran"))
+    x, c = _xc(N=8, D=64, K=4)
+    kmeans_kernels.assign(x, c)
+    kmeans_kernels.assign(x, c)
+    given = torch.ones(4)
+    kmeans_kernels.assign(x, c, c_sq=given)
+    assert asked == [(64, torch.bfloat16, "sm_90a", 0)]
+    assert len(ran) == 2 and all(got is c for got, _ in ran)
+    for (_, c_sq), (*_, launched_sq, _) in zip(ran, fake_backend.launched):
+        assert launched_sq is c_sq and c_sq.dtype == torch.float32 and c_sq.shape == (4,) and c_sq.is_contiguous()
+    assert fake_backend.launched[2][3] is given

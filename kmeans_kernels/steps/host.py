@@ -11,7 +11,7 @@ import cutlass
 import cutlass.cute as cute
 import torch
 
-from kmeans_kernels import reference, variants
+from kmeans_kernels import variants
 from kmeans_kernels.variants import D_MAX
 from workbook import launch, sass
 
@@ -37,7 +37,8 @@ def check_inputs(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor | None, ou
         raise ValueError(f"the step kernels are Hopper kernels (sm_90a); {x.device} is not an H100/H200")
     check_shape(x.shape[1], x.dtype, d_max)
     if c_sq is None:
-        c_sq = reference.centroid_norms(c)
+        from kmeans_kernels import norms
+        c_sq = norms.centroid_norms(c)
     if out is None:
         out = torch.empty(x.shape[0], dtype=torch.int32, device=x.device)
     return c_sq, out
