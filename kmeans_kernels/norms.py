@@ -7,15 +7,16 @@
 `reference.centroid_norms(c)` is four eager torch operations (a float64 copy of c, its square, a row sum, a
 rounding to float32). On the H200 they cost 50-53 us of host time per call at K = 512, more than the assignment
 kernel itself (`notes/perf-log.md`), and `assign(x, c)` without `c_sq` paid them at every call. Here one thread
-per centroid reads its row in 16-byte vectors, squares each element and adds it in float64, and rounds the sum
-once to float32: the reference's arithmetic. A 16-bit value's square is exact in float64 (at most 22 significant
+group of lanes per centroid reads its row in 16-byte vectors (one or two per lane, `lanes_per_row`), squares each
+element and adds it in float64, the lanes' sums are added by warp shuffles, and the total is rounded once to
+float32: the reference's arithmetic. A 16-bit value's square is exact in float64 (at most 22 significant
 bits), and so is the sum wherever the row's squares span fewer than about 30 binades, which ordinary data does;
 there the norm equals the reference's bit for bit, whatever order either adds in. Elsewhere both are float64 sums
 rounded once to float32, within the contract's "at least as accurate as an fp32 accumulation". An inf in the row
 gives inf, a NaN gives NaN, a square past float32's range gives inf: as in the reference.
 
-Eight running sums per thread (one per element of a vector) keep eight float64 adds in flight; they are added at
-the end. K is a runtime value, D is compiled in (D / 8 vector loads per thread, all issued before the adds).
+Eight running sums per lane (one per element of a vector) keep eight float64 adds in flight. K is a runtime
+value, D is compiled in.
 It compiles for sm_90a and sm_100a (plain loads and float64 arithmetic: nothing arch-specific).
 """
 from __future__ import annotations
@@ -31,7 +32,7 @@ from kmeans_kernels.variants import check_d
 from workbook import launch, sass
 
 VEC = 8               # 16-bit elements per vector load: 16 bytes
-THREADS = 128         # per CTA: one centroid each
+THREADS = 128         # per CTA: whole groups of `lanes_per_row(D)` lanes, one centroid each
 ARCHS = ("sm_90a", "sm_100a")
 _DTYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}
 
@@ -42,33 +43,49 @@ class CentroidNorms:
     def __init__(self, D: int, dtype):
         self.D = D
         self.dtype = dtype
+        self.lanes = lanes_per_row(D)
+        self.rows = THREADS // self.lanes            # centroids per CTA
 
     @cute.jit
     def __call__(self, c_ptr: cute.Pointer, out_ptr: cute.Pointer, K: cutlass.Int32, stream: cuda.CUstream):
-        self.kernel(c_ptr, out_ptr, K).launch(grid=((K + THREADS - 1) // THREADS, 1, 1), block=[THREADS, 1, 1],
+        self.kernel(c_ptr, out_ptr, K).launch(grid=((K + self.rows - 1) // self.rows, 1, 1), block=[THREADS, 1, 1],
                                               stream=stream)
 
     @cute.kernel
     def kernel(self, c_ptr: cute.Pointer, out_ptr: cute.Pointer, K: cutlass.Int32):
         tidx, _, _ = cute.arch.thread_idx()
         block, _, _ = cute.arch.block_idx()
-        k = block * THREADS + tidx
-        if k < K:
-            row = cutlass.Int64(k) * self.D
-            values = []
-            for v in cutlass.range_constexpr(self.D // VEC):
-                offset = cute.assume(row + v * VEC, divby=VEC)
-                values.append(cute.make_tensor(c_ptr + offset, cute.make_layout(VEC)).load())
-            sums = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float64)
-            sums.fill(0.0)
-            for v in cutlass.range_constexpr(self.D // VEC):
-                e = values[v].to(cutlass.Float32).to(cutlass.Float64)
-                sums.store(sums.load() + e * e)
-            total = cutlass.Float64(0.0)
-            for e in cutlass.range_constexpr(VEC):
-                total += sums[e]
+        lane = tidx % self.lanes
+        k = block * self.rows + tidx // self.lanes
+        # past K, the last row again: every lane takes part in the shuffles below, and only rows < K are stored
+        row = cutlass.Int64(cutlass.min(k, K - 1)) * self.D
+        values = []
+        for v in cutlass.range_constexpr(self.D // VEC // self.lanes):
+            offset = cute.assume(row + (lane + v * self.lanes) * VEC, divby=VEC)
+            values.append(cute.make_tensor(c_ptr + offset, cute.make_layout(VEC)).load())
+        sums = cute.make_rmem_tensor(cute.make_layout(VEC), cutlass.Float64)
+        sums.fill(0.0)
+        for v in cutlass.range_constexpr(self.D // VEC // self.lanes):
+            e = values[v].to(cutlass.Float32).to(cutlass.Float64)
+            sums.store(sums.load() + e * e)
+        total = cutlass.Float64(0.0)
+        for e in cutlass.range_constexpr(VEC):
+            total += sums[e]
+        offset = 1
+        while offset < self.lanes:                     # the row's lanes, butterfly: each ends with the sum
+            total += cute.arch.shuffle_sync_bfly(total, offset=offset)
+            offset *= 2
+        if k < K and lane == 0:
             out = cute.make_tensor(out_ptr, cute.make_layout(K))
             out[k] = total.to(cutlass.Float32)
+
+
+def lanes_per_row(D: int) -> int:
+    """Threads that share a centroid's row, the same number of 16-byte vectors each: the largest power of two
+    (the shuffles' butterfly) that divides the row's D / 8 vectors, a whole warp at most. More lanes per row
+    spread a small K over more SMs (K = 512 at D = 256: 128 CTAs, not 4)."""
+    vectors = D // VEC
+    return min(32, vectors & -vectors)
 
 
 # ---- host side: compile (no GPU needed) and run --------------------------------------------------------
@@ -134,7 +151,7 @@ def check_inputs(c, out) -> None:
     if not c.is_contiguous() or c.data_ptr() % 16:
         raise ValueError(f"c must be contiguous and start on a 16-byte boundary for the vector loads; got strides "
                          f"{c.stride()} at {c.data_ptr():#x}")
-    if not 1 <= K <= 2**31 - THREADS:
+    if not 1 <= K <= 2**31 - THREADS:   # the grid's last row index in 32 bits
         raise ValueError(f"K={K} is out of range: the kernel indexes centroids with 32-bit integers")
     if out is not None and not (isinstance(out, torch.Tensor) and out.dtype == torch.float32 and out.shape == (K,)
                                 and out.device == c.device and out.is_contiguous()):

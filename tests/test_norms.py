@@ -14,17 +14,28 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 # ---- compiled with no GPU ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("D,dtype,arch", [(128, torch.bfloat16, "sm_90a"), (16, torch.float16, "sm_90a"),
-                                          (512, torch.bfloat16, "sm_100a")])
+                                          (48, torch.bfloat16, "sm_90a"), (512, torch.bfloat16, "sm_100a")])
 def test_kernel_reads_each_row_in_16_byte_vectors_and_adds_in_float64(D, dtype, arch):
     from kmeans_kernels import norms
     from workbook import sass
     art = norms.compile(D, dtype, arch=arch)
     ops = sass.histogram(art.sass)
-    assert ops["LDG.E.128"] == D // norms.VEC                     # the row once, 16 bytes a load
-    assert ops["DFMA"] + ops["DMUL"] == D                          # each element squared (and added) in float64
+    lanes = norms.lanes_per_row(D)
+    per_lane = D // lanes
+    assert ops["LDG.E.128"] == per_lane // norms.VEC              # the row once, 16 bytes a load, spread over lanes
+    assert ops["DFMA"] + ops["DMUL"] == per_lane                   # each element squared (and added) in float64
+    assert ops["SHFL.BFLY"] == 2 * (lanes.bit_length() - 1)        # the lanes' float64 sums: two halves a step
     assert ops["F2F.F32.F64"] == 1 and ops["STG.E"] == 1           # one rounding, one store per centroid
     assert not any(op.startswith(("LDL", "STL", "FFMA", "FADD")) for op in ops)   # no spills, no float32 sums
     assert ".ftz" not in art.ptx                                   # subnormal squares are kept
+
+
+def test_lanes_per_row_spread_a_row_over_at_most_a_warp():
+    from kmeans_kernels import norms
+    assert [norms.lanes_per_row(D) for D in (16, 48, 64, 96, 128, 256, 512)] == [2, 2, 8, 4, 16, 32, 32]
+    for D in range(16, 513, 16):
+        lanes = norms.lanes_per_row(D)
+        assert norms.THREADS % lanes == 0 and (D // norms.VEC) % lanes == 0 and lanes & (lanes - 1) == 0
 
 
 def test_kernel_refuses_what_it_cannot_take():
@@ -56,7 +67,7 @@ def _centroids(K, D, dtype, seed):
 @gpu
 @needs_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("D", [16, 64, 128, 256, 512])
+@pytest.mark.parametrize("D", [16, 48, 64, 128, 256, 512])
 @pytest.mark.parametrize("K", [1, 127, 128, 129, 4096 + 5])
 def test_norms_equal_the_reference_bit_for_bit_into_a_poisoned_output(dtype, D, K):
     from kmeans_kernels import norms
