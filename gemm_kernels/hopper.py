@@ -258,7 +258,8 @@ class HopperGemm(Epilogues):
             k0, k_count = work[item, col + 3], work[item, col + 4]
             # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
             a_rows = self.cfg.a_box_rows
-            gA = cute.local_tile(cute.domain_offset((m0, 0), mA), (a_rows, TILE_K), (0, None))
+            gA = cute.local_tile(cute.domain_offset((self.a_origin(m0, mA.shape[0]), 0), mA), (a_rows, TILE_K),
+                                 (0, None))
             sA_box = cute.local_tile(sA, (a_rows, TILE_K, self.cfg.stages), (0, 0, 0))
             gB = cute.local_tile(cute.domain_offset((n0, 0), mB), (self.cfg.tile_n, TILE_K), (0, None))
             # A shared operand's box is split between the CTAs that share it (each loads its share, the multicast
@@ -408,6 +409,17 @@ class HopperGemm(Epilogues):
     def cta_layout(self):
         """The cluster as the pipelines' (V, M, N, K) layout: which CTAs multicast into each other's slots."""
         return cute.make_layout((1, self.cfg.cluster_m, self.cfg.cluster_n, 1))
+
+    @cute.jit
+    def a_origin(self, m0, M):
+        """The first row of A this CTA loads for its rows from m0 (`Config.clamp_a`): m0 where a whole box fits
+        below M, else the last box inside M (row 0 where M is shorter than a box), so that TMA fills no row with
+        zeros; the accumulator's row r is then C's row a_origin + r, and the epilogue stores those from m0 on.
+        The loads (`load_item`) and the stores (`store_words`) both ask here."""
+        origin = m0
+        if cutlass.const_expr(self.cfg.clamp_a):
+            origin = cutlass.max(cutlass.min(m0, M - self.cfg.a_box_rows), 0)
+        return origin
 
     @cute.jit
     def corner(self, m0, n0, rank):

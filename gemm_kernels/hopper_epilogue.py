@@ -114,9 +114,12 @@ class Epilogues:
     @cute.jit
     def store_words(self, tiled_mma, words, mC, m0, n0, width, ctidx, groups=None):
         """The quad transpose and one 16-byte store per (32 columns, row half); only the first `width` columns
-        (a multiple of 8: one lane's store), only inside C. `groups`: which 32-column groups (default all)."""
+        (a multiple of 8: one lane's store), only inside C, only this CTA's rows (from m0 on: the accumulator's
+        rows start at `a_origin`, which lies above m0 where A's box was kept inside M). `groups`: which
+        32-column groups (default all)."""
         cfg = self.cfg
         M, N = mC.shape
+        origin = self.a_origin(m0, M)
         ldc = mC.stride[0]
         col_end = cutlass.min(N, n0 + width)       # this item's last column + 1, inside C
         q = ctidx % 4
@@ -128,9 +131,12 @@ class Epilogues:
                 for h in cutlass.range_constexpr(2):
                     w = _quad_transpose([words[j, h, 0], words[j, h, 1], words[j, h, 2], words[j, h, 3]], q)
                     row_in_tile, col0 = coords[(0, h, 4 * j), 0, 0]
-                    row = m0 + row_in_tile
+                    row = origin + row_in_tile
                     col = n0 + (col0 - 2 * q) + 8 * q        # first column of group 4j + q
-                    if row < M and col < col_end:
+                    mine = row < M and col < col_end
+                    if cutlass.const_expr(cfg.clamp_a):
+                        mine = mine and row >= m0
+                    if mine:
                         for t in cutlass.range_constexpr(4):
                             out[t] = w[t]
                         ptr = mC.iterator + (cutlass.Int64(row) * ldc + col)

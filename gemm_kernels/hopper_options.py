@@ -112,8 +112,11 @@ class Options(BackendOptions):
     two. stream_k: split a uniform plan's partial last wave along K over every slot (measured on the H200 and
     left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). short_a_box:
     where M is shorter than a tile (and there is no cluster), TMA loads only the power of two of rows that covers
-    it (`short_a_rows`), not a whole tile_m-row box mostly of zero fill. trace: the
-    separate build that stamps the global timer around each row (`hopper_host.timeline`).
+    it (`short_a_rows`), not a whole tile_m-row box mostly of zero fill. clamp_a_box: (register epilogue) a CTA
+    whose rows run past M loads the last a-box of rows inside M instead (`HopperGemm.a_origin`) and stores only
+    its own rows of the result: a box partly or wholly past M, zero-filled by TMA, slowed a CTA pair's K loop by a
+    third at 200 x 4096 x 6144 (`notes/perf-log.md`). trace: the separate build that stamps the global timer
+    around each row (`hopper_host.timeline`).
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
     stages: int | None = None
@@ -128,6 +131,7 @@ class Options(BackendOptions):
     defer_epilogue: bool | None = None
     stream_k: bool = False
     short_a_box: bool = True
+    clamp_a_box: bool = True
     trace: bool = False
 
     def __post_init__(self):
@@ -231,6 +235,7 @@ class Config:
     defer_epilogue: bool = False   # register epilogue: item j's C goes out behind item j+1's first K-blocks
     stream_k: bool = False         # the last partial wave's items are split along K over every slot
     a_rows: int | None = None      # rows of A's TMA box: None = tile_m; fewer only when M is (`short_a_rows`)
+    clamp_a: bool = False          # A's box kept inside M, the result's rows mapped back (`HopperGemm.a_origin`)
     trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
 
     @property
@@ -300,5 +305,6 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
     cfg = Config(dtype=dtype, tile_m=o.tile_m, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages,
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m,
                  cluster_n=o.cluster_n, dynamic=o.dynamic, defer_epilogue=o.deferred,
-                 stream_k=o.stream_k, a_rows=short_a_rows(M, o), trace=o.trace)
+                 stream_k=o.stream_k, a_rows=short_a_rows(M, o), clamp_a=o.clamp_a_box and o.epilogue != "staged",
+                 trace=o.trace)
     return cfg, plan

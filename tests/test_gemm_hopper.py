@@ -94,7 +94,8 @@ def test_wgmmas_are_not_serialized(name):
 def test_fp16_builds_multiply_and_round_in_fp16(name):
     """The fp16 build is the bf16 build with another element type: WGMMA of f16 operands into f32, the
     epilogue's conversion to f16, and nothing left of bf16 (which the kernel's name would carry too, were any
-    layout or copy atom still bf16); the same instructions otherwise, and no spills."""
+    layout or copy atom still bf16); the same instructions otherwise (up to a few re-read thread indices), and no
+    spills."""
     size, kw = FP16_BUILDS[name]
     art = compiled(size, size, size, **kw)
     base = compiled(size, size, size, **{k: v for k, v in kw.items() if k != "dtype"})
@@ -108,7 +109,10 @@ def test_fp16_builds_multiply_and_round_in_fp16(name):
     assert count(hist, "HGMMA.64x256x16.F32") == count(ref, "HGMMA.64x256x16.F32.BF16") > 0, hist
     assert count(hist, "F2FP.F16.F32.PACK_AB") == count(ref, "F2FP.BF16.F32.PACK_AB") > 0, hist
     assert count(hist, "LDL") == count(hist, "STL") == 0, "register spills"
-    assert len(sass.instructions(art.sass)) == len(sass.instructions(base.sass))
+    # ptxas may re-read a special register (S2R, then LOP3 on it) a few times more in one build than the other
+    rest = {op for op in set(hist) | set(ref) if "16" not in op and hist.get(op, 0) != ref.get(op, 0)}
+    assert rest <= {"S2R", "LOP3.LUT"}, {op: (hist.get(op, 0), ref.get(op, 0)) for op in rest}
+    assert abs(len(sass.instructions(art.sass)) - len(sass.instructions(base.sass))) <= 16
 
 
 def test_dtype_is_part_of_the_compiled_config():
@@ -378,6 +382,17 @@ def test_options_are_checked_once_and_normalised():
                        (dict(epilogue="staged", defer_epilogue=True), "register epilogue")]:
         with pytest.raises(ValueError, match=match):
             hopper_options.Options(**bad)
+
+
+def test_a_box_of_a_is_kept_inside_m_by_the_register_epilogues_only():
+    """`clamp_a_box` (on by default) reaches the kernel's Config for the register epilogues; the staged one
+    stores whole TMA boxes from m0 and keeps its loads there too."""
+    on = hopper_options.config_for(200, 4096, gpu=gpus.H200)[0]
+    assert on.clamp_a and hopper_options.Options().clamp_a_box
+    assert not hopper_options.config_for(200, 4096, gpu=gpus.H200, clamp_a_box=False)[0].clamp_a
+    assert not hopper_options.config_for(200, 4096, gpu=gpus.H200, epilogue="staged", schedule="uniform")[0].clamp_a
+    small = hopper_options.config_for(200, 4096, gpu=gpus.H200, tile=(64, 128, 64), schedule="uniform")[0]
+    assert small.clamp_a and small.a_box_rows == 64
 
 
 def test_keyword_options_are_remembered():
@@ -787,6 +802,39 @@ def test_stream_k_finishes_with_many_contributors_behind_long_rows():
         c = hopper_host.gemm(a, b, schedule="uniform", stream_k=True)
         torch.cuda.synchronize()
         assert torch.equal(c, want), f"call {i}"
+
+
+# (M, options): a CTA whose tile runs past M loads the last box inside M; rows past M in the second CTA of a pair
+# (200: 64-row tiles from 192, the box from 136; 130: 128-row tiles from 128, the box from 2), a CTA wholly
+# past M (77 and 40 in pairs: the second CTA's box from row 0, nothing of it stored), stream-K's partial sums
+# handed over with a moved origin, pairs along N sharing one clamped A box, the balanced plan's narrow items
+CLAMPED = [(200, dict(tile=(64, 128, 64), schedule="uniform")),
+           (200, dict(tile=(64, 128, 64), schedule="uniform", stream_k=True)),
+           (130, dict()), (77, dict()), (40, dict(tile=(64, 256, 64), schedule="uniform")),
+           (1000, dict(schedule="uniform", stream_k=True)), (1000, dict(cluster_m=1, defer_epilogue=False)),
+           (999, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=2, cluster_n=2)),
+           (300, dict(tile=(128, 128, 64), schedule="uniform", cluster_m=1, cluster_n=2, stream_k=True))]
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("M,kw", CLAMPED)
+def test_a_box_kept_inside_m_is_exact_and_writes_every_row_once(M, kw, dtype):
+    N, K = 1032, 520
+    assert hopper_options.config_for(M, N, **kw)[0].clamp_a
+    a = torch.randint(-3, 4, (M, K), device="cuda").to(dtype)    # sums < 2^24: exact in fp32
+    b = torch.randint(-3, 4, (K, N), device="cuda").to(dtype)
+    want = fp32_reference(a, b).to(dtype)
+    for clamp in (True, False):
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        assert hopper_host.gemm(a, b, out=out, clamp_a_box=clamp, **kw) is out
+        assert torch.equal(out, want), f"clamp_a_box={clamp}"
+    # the rows past M of a larger buffer stay untouched: the clamped stores stop at M as the unclamped ones do
+    big = torch.full((M + 64, N), 7.0, device="cuda", dtype=dtype)
+    hopper_host.gemm(a, b, out=big[:M], **kw)
+    assert torch.equal(big[:M], want) and bool((big[M:] == 7).all())
 
 
 def test_stream_k_needs_persistent_ctas():
