@@ -113,9 +113,9 @@ class Options(BackendOptions):
     left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). short_a_box:
     where M is shorter than a tile (and there is no cluster), TMA loads only the power of two of rows that covers
     it (`short_a_rows`), not a whole tile_m-row box mostly of zero fill. clamp_a_box: (register epilogue) a CTA
-    whose rows run past M loads the last a-box of rows inside M instead (`HopperGemm.a_origin`) and stores only
-    its own rows of the result: a box partly or wholly past M, zero-filled by TMA, slowed a CTA pair's K loop by a
-    third at 200 x 4096 x 6144 (`notes/perf-log.md`). trace: the separate build that stamps the global timer
+    whose rows run past M loads the last box of rows inside M instead (`HopperGemm.a_origin`) and stores only its
+    own rows of the result; None (the default) does so where M's last tile holds at most half a tile of rows
+    (`clamps_a_box`), True everywhere, False nowhere. trace: the separate build that stamps the global timer
     around each row (`hopper_host.timeline`).
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
@@ -131,7 +131,7 @@ class Options(BackendOptions):
     defer_epilogue: bool | None = None
     stream_k: bool = False
     short_a_box: bool = True
-    clamp_a_box: bool = True
+    clamp_a_box: bool | None = None
     trace: bool = False
 
     def __post_init__(self):
@@ -161,6 +161,8 @@ class Options(BackendOptions):
             check_band_rows(self.band_rows)
         if self.defer_epilogue and self.epilogue != "register":
             raise ValueError("defer_epilogue needs the register epilogue")
+        if self.clamp_a_box and self.epilogue != "register":
+            raise ValueError("clamp_a_box needs the register epilogue (the staged one stores whole boxes from m0)")
         if self.stream_k and not self.persistent:
             raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
         self._seal()
@@ -280,6 +282,18 @@ def short_a_rows(M: int, options: Options) -> int | None:
     return rows if options.short_a_box and options.cluster_size == 1 and rows < options.tile_m else None
 
 
+def clamps_a_box(M: int, options: Options) -> bool:
+    """Whether the kernel keeps A's TMA box inside M (`Options.clamp_a_box`). By default where M's last tile
+    holds at most half a tile of rows: a box mostly of TMA's zero fill slowed its CTA pair's whole K loop (at
+    200 x 4096 x 6144 in 64-row pairs, the kernel ran 1.45x as long as with the box kept inside M), while at a
+    tile three quarters full (999 or 1500 rows of 128-row tiles) the clamped build ran 1.7 % slower
+    (probes/gemm_clamp_a_07afab5.csv)."""
+    if options.epilogue != "register" or options.clamp_a_box is False:
+        return False
+    rest = M % options.tile_m
+    return bool(options.clamp_a_box) or (M > options.tile_m and 0 < rest <= options.tile_m // 2)
+
+
 def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrides) -> waves.Plan:
     """The planner's work list for exactly the run `options` describe: uniform tiles, or balanced so the last
     wave fills the GPU. An item is a cluster's tile (cluster_m x tile_m rows, cluster_n x tile_n columns) and a
@@ -305,6 +319,6 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
     cfg = Config(dtype=dtype, tile_m=o.tile_m, tile_n=o.tile_n, narrow_n=plan.narrow, stages=o.ring_stages,
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m,
                  cluster_n=o.cluster_n, dynamic=o.dynamic, defer_epilogue=o.deferred,
-                 stream_k=o.stream_k, a_rows=short_a_rows(M, o), clamp_a=o.clamp_a_box and o.epilogue != "staged",
+                 stream_k=o.stream_k, a_rows=short_a_rows(M, o), clamp_a=clamps_a_box(M, o),
                  trace=o.trace)
     return cfg, plan
