@@ -823,7 +823,7 @@ CLAMPED = [(200, dict(tile=(64, 128, 64), schedule="uniform")),
 @needs_hopper
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("M,kw", CLAMPED)
-def test_a_box_kept_inside_m_is_exact_and_writes_every_row_once(M, kw, dtype):
+def test_a_box_kept_inside_m_is_exact_and_writes_no_row_past_m(M, kw, dtype):
     """Forced on (`clamp_a_box=True`) and off, the same exact answer, every row written, none past M."""
     N, K = 1032, 520
     assert hopper_options.config_for(M, N, clamp_a_box=True, **kw)[0].clamp_a
