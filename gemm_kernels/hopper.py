@@ -147,7 +147,7 @@ class HopperGemm(Epilogues):
         self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials, trace,
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
             grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_size, 1, 1],
-            min_blocks_per_mp=1, stream=stream)
+            min_blocks_per_mp=1, stream=stream, use_pdl=cfg.pdl)
 
     # ---------------------------------------------------------------- device side
     @cute.kernel
@@ -204,6 +204,11 @@ class HopperGemm(Epilogues):
         sB = storage.sB.get_tensor(b_layout.outer, swizzle=b_layout.inner)   # (tile_n, 64, stages)
 
         pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
+        if cutlass.const_expr(cfg.pdl):
+            # set up while the kernel before drains; then wait for it (it may have written a, b, c or the
+            # scratch), and let the next kernel's CTAs set up in turn
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
 
         if warp_idx < 4:
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)

@@ -116,7 +116,9 @@ class Options(BackendOptions):
     whose rows run past M loads the last box of rows inside M instead (`HopperGemm.a_origin`) and stores only its
     own rows of the result; None (the default) does so where M's last tile holds at most half a tile of rows
     (`clamps_a_box`), True everywhere, False nowhere. trace: the separate build that stamps the global timer
-    around each row (`hopper_host.timeline`).
+    around each row (`hopper_host.timeline`). pdl: launch as a programmatic dependent of the kernel before it in
+    the stream (PDL): the CTAs start, set up their barriers and prefetch their descriptors while that kernel
+    drains, and wait for it to finish (`griddepcontrol.wait`) before their first global access.
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
     stages: int | None = None
@@ -133,6 +135,7 @@ class Options(BackendOptions):
     short_a_box: bool = True
     clamp_a_box: bool | None = None
     trace: bool = False
+    pdl: bool = False
 
     def __post_init__(self):
         tile = DEFAULT_TILE if self.tile is None else tuple(self.tile)
@@ -239,6 +242,7 @@ class Config:
     a_rows: int | None = None      # rows of A's TMA box: None = tile_m; fewer only when M is (`short_a_rows`)
     clamp_a: bool = False          # A's box kept inside M, the result's rows mapped back (`HopperGemm.a_origin`)
     trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
+    pdl: bool = False              # a programmatic dependent launch (`Options.pdl`)
 
     @property
     def a_box_rows(self) -> int:
@@ -320,5 +324,5 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m,
                  cluster_n=o.cluster_n, dynamic=o.dynamic, defer_epilogue=o.deferred,
                  stream_k=o.stream_k, a_rows=short_a_rows(M, o), clamp_a=clamps_a_box(M, o),
-                 trace=o.trace)
+                 trace=o.trace, pdl=o.pdl)
     return cfg, plan

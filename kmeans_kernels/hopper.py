@@ -217,10 +217,13 @@ def check_variant(variant: str, D: int | None = None) -> None:
 # --------------------------------------------------------------------------------------------------
 
 class HopperAssign:
-    """One compiled kernel per (variant, D, dtype); N and K are runtime values."""
+    """One compiled kernel per (variant, D, dtype, pdl); N and K are runtime values. `pdl`: launched as a
+    programmatic dependent of the kernel before it in the stream (set up while it drains, wait for it before the
+    first global access)."""
 
-    def __init__(self, variant: str, D: int, dtype):
+    def __init__(self, variant: str, D: int, dtype, pdl: bool = False):
         self.variant = variant
+        self.pdl = pdl
         spec = VARIANT_SPECS[variant]
         self.scan = spec.scan
         self.chains = reduce.chains_of(self.scan)
@@ -276,7 +279,7 @@ class HopperAssign:
             grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
             # the register cap that lets ctas_per_sm CTAs share an SM; the carveout asks for all the shared
             # memory up front (and lets the kernel compile on a machine without a GPU)
-            min_blocks_per_mp=self.ctas_per_sm, preferred_smem_carveout=100)
+            min_blocks_per_mp=self.ctas_per_sm, preferred_smem_carveout=100, use_pdl=self.pdl)
 
     @cute.kernel
     def kernel(self, tma_x: cute.CopyAtom, mx: cute.Tensor, tma_c: cute.CopyAtom, mc: cute.Tensor,
@@ -317,6 +320,10 @@ class HopperAssign:
         tma_sc, tma_gc = cute.nvgpu.cpasync.tma_partition(
             tma_c, 0, cute.make_layout(1), cute.group_modes(sc, 0, 2), cute.group_modes(gc, 0, 2))
         pipeline.pipeline_init_wait(cluster_shape_mn=(1, 1))
+        if cutlass.const_expr(self.pdl):
+            # the kernel before may have written x, c, c_sq or out: wait for it, then let the next one set up
+            cute.arch.griddepcontrol_wait()
+            cute.arch.griddepcontrol_launch_dependents()
 
         if warp == PRODUCER_WARP:
             # ---------------- producer: one warp issues every TMA ----------------
@@ -521,22 +528,23 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
 
 
 @functools.lru_cache(maxsize=None)
-def _launches(variant: str, D: int, dtype: torch.dtype, device: int) -> launch.LaunchCache:
+def _launches(variant: str, D: int, dtype: torch.dtype, device: int, pdl: bool = False) -> launch.LaunchCache:
     """The compiled kernel for (variant, D, dtype) on one device, compiled on first use (with that device
     current), behind its launch cache; a ValueError (never cached) where the variant cannot take D."""
     check_shape(D, dtype)
     check_variant(variant, D)
-    kernel = HopperAssign(variant, D, _cutlass_dtype(dtype))
+    kernel = HopperAssign(variant, D, _cutlass_dtype(dtype), pdl)
     with launch.on_device(device):
         compiled = cute.compile(kernel, *_placeholder_args(dtype), options="--gpu-arch sm_90a")
     # c_sq and out are plain pointer parameters (x and c sit in TMA descriptors): a replay re-aims them
     return launch.LaunchCache(compiled, device=device, pointers=4, reaimable=(2, 3))   # x, c, c_sq, out
 
 
-def launcher(variant: str, N: int, D: int, K: int, dtype: torch.dtype, device: int):
+def launcher(variant: str, N: int, D: int, K: int, dtype: torch.dtype, device: int, pdl: bool = False):
     """`run` for one signature (sizes, dtype, device): a function of (x, c, c_sq, out) that launches, the
-    compiled kernel and its launch cache looked up once (compiled here on first use)."""
-    launches = _launches(variant, D, dtype, device)
+    compiled kernel and its launch cache looked up once (compiled here on first use); `pdl`: the build launched
+    as a programmatic dependent (`HopperAssign`)."""
+    launches = _launches(variant, D, dtype, device, pdl)
 
     def launch_on(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
         addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K)

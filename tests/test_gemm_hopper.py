@@ -931,3 +931,40 @@ def test_sizes_past_32_bits_are_refused_by_name(module, M, N, K, match):
     import importlib
     with pytest.raises(ValueError, match=match):
         importlib.import_module(f"gemm_kernels.{module}_options").check_shape(M, N, K)
+
+
+# ------------------------------------------------------------------------------- programmatic dependent launch
+
+def test_pdl_build_waits_for_the_kernel_before_and_only_it_does():
+    """`pdl=True` puts the grid-dependency wait and the dependents' trigger in the kernel; the default has neither
+    (a kernel launched as a dependent without the wait could read its operands before they are written)."""
+    assert hopper_options.config_for(1024, 1024, pdl=True)[0].pdl
+    with_pdl = hopper_host.compile_gemm(1024, 1024, 1024, pdl=True).ptx
+    assert "griddepcontrol.wait" in with_pdl and "griddepcontrol.launch_dependents" in with_pdl
+    assert "griddepcontrol" not in hopper_host.compile_gemm(1024, 1024, 1024).ptx
+
+
+@pytest.mark.gpu
+@needs_cuda
+@needs_hopper
+@pytest.mark.parametrize("kw", [dict(), dict(tile=(64, 128, 64), schedule="uniform", stream_k=True),
+                                dict(cluster_m=1, cluster_n=2, schedule="uniform")])
+def test_pdl_launches_back_to_back_read_what_the_one_before_wrote(kw):
+    """Dependent launches with no host sync between them: each second GEMM reads the first one's output, which
+    a fill has poisoned just before; every answer exact."""
+    M, N, K = 1000, 1032, 128
+    a = torch.randint(-1, 2, (M, K), device="cuda").to(torch.bfloat16)   # |a @ b| <= 128: exact in bf16
+    b = torch.randint(-1, 2, (K, N), device="cuda").to(torch.bfloat16)
+    b2 = torch.randint(-1, 2, (N, 520), device="cuda").to(torch.bfloat16)
+    first = fp32_reference(a, b).to(torch.bfloat16)
+    want = fp32_reference(first, b2).to(torch.bfloat16)
+    mid = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    outs = [torch.full((M, 520), float("nan"), device="cuda", dtype=torch.bfloat16) for _ in range(12)]
+    for out in outs:   # past the launch cache's eighth sighting: the later pairs are graph replays
+        mid.fill_(float("nan"))
+        hopper_host.gemm(a, b, out=mid, pdl=True, **kw)
+        hopper_host.gemm(mid, b2, out=out, pdl=True, **kw)
+    torch.cuda.synchronize()
+    assert torch.equal(mid, first)
+    for i, out in enumerate(outs):
+        assert torch.equal(out, want), f"pair {i}"

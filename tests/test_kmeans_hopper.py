@@ -370,3 +370,37 @@ def test_bench_refuses_a_gpu_it_is_not_on(monkeypatch, capsys):
     monkeypatch.setattr(gpus, "current", lambda device=None: None)
     assert bench.main(["--no-record"]) == 2
     assert "no CUDA GPU" in capsys.readouterr().out
+
+
+# ------------------------------------------------------------------ programmatic dependent launch
+
+def test_pdl_build_waits_for_the_kernel_before_and_only_it_does():
+    args = hopper._placeholder_args(torch.bfloat16)
+    build = lambda pdl: sass.compile_for(hopper.HopperAssign("folded_norms", 64, hopper._cutlass_dtype(
+        torch.bfloat16), pdl), *args, arch="sm_90a").ptx
+    assert "griddepcontrol.wait" in build(True) and "griddepcontrol.launch_dependents" in build(True)
+    assert "griddepcontrol" not in build(False)
+
+
+@gpu
+@needs_hopper
+@pytest.mark.parametrize("variant", ["folded_norms", "lean_select", "wide"])
+def test_pdl_launches_back_to_back_write_out_in_stream_order(variant):
+    """Dependent launches into one `out` with no host sync between them, alternating two centroid sets and ending
+    on the second: `out` holds the last launch's answer (a launch that did not wait could finish before the one
+    before it wrote)."""
+    N, D, K = 20000, 256 if variant == "wide" else 64, 4096
+    g = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randint(-4, 5, (N, D), device="cuda", generator=g).to(torch.bfloat16)
+    cs = [torch.randint(-4, 5, (K, D), device="cuda", generator=g).to(torch.bfloat16) for _ in range(2)]
+    sqs = [reference.centroid_norms(c) for c in cs]
+    run = hopper.launcher(variant, N, D, K, torch.bfloat16, 0, pdl=True)
+    out = torch.full((N,), POISON, dtype=torch.int32, device="cuda")
+    for i in range(13):   # past the launch cache's eighth sighting: the later launches are graph replays
+        run(x, cs[i % 2], sqs[i % 2], out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, reference.assign(x, cs[0], sqs[0]).to(torch.int32))
+    # and the other way round: ending on the second set
+    run(x, cs[1], sqs[1], out)
+    torch.cuda.synchronize()
+    assert torch.equal(out, reference.assign(x, cs[1], sqs[1]).to(torch.int32))
