@@ -343,3 +343,15 @@ def test_rows_appended_shape_by_shape_read_back_as_one_run(tmp_path, rng, tickin
     assert len(records.last_run(df, [("ours", "serial")], min_shapes=3)) == 3
     first = records.run_date()
     assert records.start_run() != first and records.run_date() != first   # a new run gets a new date
+
+
+def test_write_probe_stamps_every_row_and_writes_the_whole_frame(tmp_path):
+    import pandas as pd
+    frame = pd.DataFrame({"shape": ["a", "b"], "us": [1.5, 2.5]})
+    target = tmp_path / "probe.csv"
+    stamped = records.write_probe(frame, target)
+    assert list(stamped.columns) == ["shape", "us", *records.PROVENANCE] and "gpu" not in frame
+    back = pd.read_csv(target, keep_default_na=False)
+    assert back["us"].tolist() == [1.5, 2.5] and back["commit"].tolist() == [records.provenance()["commit"]] * 2
+    records.write_probe(frame.iloc[:1], target)     # rewritten whole, not appended
+    assert len(pd.read_csv(target)) == 1

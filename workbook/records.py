@@ -5,6 +5,7 @@
              "tflops": t.tflops(2 * 65536 * 128 * 4096), "match_rate": 1.0}]
     records.append("h200", "step_latency", rows)       # provenance columns are filled in
     df = records.read("h200", "step_latency")
+    records.write_probe(frame, f"{out_dir}/probe.csv")   # a probe's own file, rewritten whole, provenance added
 
 A row is `kernel, variant, <shape columns>, ms_median, ms_min, ms_max, tflops, match_rate` followed by
 its provenance `gpu, sm_count, driver, torch, cutlass_dsl, commit, date`. The shape columns are
@@ -105,6 +106,14 @@ def provenance() -> dict[str, Any]:
     prov["commit"] = _commit()
     prov["date"] = run_date()
     return {k: prov[k] for k in PROVENANCE}
+
+
+def write_probe(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame:
+    """A probe's rows with this run's provenance columns (`provenance`), written to the CSV file `path` whole
+    (a probe rewrites its file after every shape, so a run cut short keeps what it measured); returns them."""
+    stamped = frame.assign(**provenance())
+    stamped.to_csv(path, index=False)
+    return stamped
 
 
 _run_date: str | None = None

@@ -51,11 +51,7 @@ def record(kind, shape, fns, sets, baseline):
         rows.append(dict(kind=kind, shape="x".join(map(str, shape)), contender=name, timing="gpu",
                          us_median=1e3 * gpu[name]))
     print(kind, shape, {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
-    df = pd.DataFrame(rows)
-    for key, value in records.provenance().items():
-        df[key] = value
-    df.to_csv(f"{out_dir}/pdl.csv", index=False)
-    return df
+    return records.write_probe(pd.DataFrame(rows), f"{out_dir}/pdl.csv")
 
 
 g = torch.Generator(device="cuda").manual_seed(5)
