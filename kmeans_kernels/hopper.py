@@ -55,6 +55,8 @@ Variants (the tutorial's steps):
                     products overflow fp32 in their sum can the sum that starts at ``-h`` stay finite where the
                     reference's dot is +inf. Each slot holds 512 more bytes: one slot fewer at D = 64 and 128.
                     What ``auto`` runs at D <= 128.
+``lazy_index``      ``folded_norms`` with :func:`kmeans_kernels.reduce.scan_lazy`: one FMNMX per score for a tile's
+                    maxima, and the index searched only where the tile beats a row's winner. Not yet timed.
 """
 from __future__ import annotations
 
@@ -459,6 +461,10 @@ class HopperAssign:
         first = tile * self.block_n
         if cutlass.const_expr(self.norms_in_acc):
             # acc = dot - half norm: the scan minimises its negation, the score itself
+            if cutlass.const_expr(self.scan == "lazy"):
+                reduce.scan_lazy(dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
+                                 k.best_score, k.best_index)
+                return
             reduce.scan_pairs(dots, dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
                               k.best_score, k.best_index, folded=True)
             return

@@ -25,6 +25,8 @@ Three scans, one merge:
   are in flight; :func:`merge_chains` folds them by (score, index) once, after the last tile.
 * :func:`scan_pairs` keeps ilp2's two chains but feeds each one a pair of scores at a time, through one
   FMNMX: about 3.5 instructions per score instead of 4 (its docstring has the count and the proof).
+* :func:`scan_lazy` (folded scores only) keeps one winner per row, shared by the lanes of the row: a tile's
+  maximum by FMNMX trees, its index searched only where the tile beats the winner.
 * :func:`merge_lanes` folds the winners of the lanes that share a row with butterfly shuffles.
 """
 from __future__ import annotations
@@ -33,14 +35,15 @@ import cutlass
 import cutlass.cute as cute
 
 NO_WINNER = -1
-SCANS = ("serial", "ilp2", "pairs")
+SCANS = ("serial", "ilp2", "pairs", "lazy")
+NO_COLUMN = 2**31 - 1   # `scan_lazy`: a lane none of whose columns holds the row's tile minimum
 
 
 def chains_of(scan: str) -> int:
     """How many independent chains per row a scan keeps."""
     if scan not in SCANS:
         raise ValueError(f"unknown scan {scan!r}; choose from {SCANS}")
-    return 1 if scan == "serial" else 2
+    return 1 if scan in ("serial", "lazy") else 2
 
 
 @cute.jit
@@ -165,6 +168,82 @@ def scan_pairs(dots: cute.Tensor, half_norms: cute.Tensor, offsets: cutlass.Cons
                     cute.arch.fmin, lambda p, a, b: type(a)(cutlass.select_(p, a, b)))
             best_score[c, r] = score
             best_index[c, r] = index + chain_base
+
+
+@cute.jit
+def scan_lazy(dots: cute.Tensor, offsets: cutlass.Constexpr, base: cutlass.Int32,
+              best_score: cute.Tensor, best_index: cute.Tensor):
+    """The argmin of folded scores (``dots`` holds ``dot - half norm``, the score negated) that finds a tile's
+    index only where the tile beats a row's winner.
+
+    Per row and tile, each lane takes the largest value of its columns by a tree of FMNMX (one per score), the
+    four lanes that share the row merge theirs by two butterfly shuffles, and the row's winner is compared
+    with it once. Only where some row of the warp improved (one vote per row and warp) do the lanes look for
+    their lowest column holding that value (FSETP and SEL per score) and merge those columns by two more
+    shuffles. A row improves at tile t with probability about 1/t on data in no particular order, so past the
+    first tiles the search is mostly skipped; at K = 512 (four tiles) nearly never.
+
+    **Why it is exact**: the row's winner is shared by its lanes (one chain, one index for the whole row).
+    Its score only falls, by strict `<`, so a tie with an earlier tile keeps the earlier index; a new winner's
+    index is the lowest column of the tile holding the tile's minimum, the lowest index among equals. FMNMX
+    skips NaN (a row whose columns are all NaN has a NaN maximum, and `NaN < score` is false); +inf never
+    beats the initial +inf; -0 and +0 compare equal both in the comparison and in the search. Column
+    ``base + offsets[j]`` as in :func:`scan_pairs` (offsets increasing with j, so the search runs from the
+    last column down and the lowest equal one stays)."""
+    n = cute.size(dots, mode=[1])
+    for r in cutlass.range_constexpr(cute.size(dots, mode=[0])):
+        m = _quad(cute.arch.fmax, _tree(cute.arch.fmax, [dots[r, j] for j in range(n)]))
+        take = -m < best_score[0, r]
+        if cute.arch.vote_any_sync(take):
+            column = _quad(cutlass.min, _first_equal([dots[r, j] for j in range(n)], m,
+                                                     [base + offsets[j] for j in range(n)],
+                                                     lambda p, a, b: cutlass.Int32(cutlass.select_(p, a, b))))
+            if take:
+                best_score[0, r] = -m
+                best_index[0, r] = column
+
+
+def lazy_search_odds(N: int, D: int, K: int, clustered: bool = False, groups=(1, 8, 16), seed: int = 0,
+                     tile: int = 128) -> dict:
+    """How often :func:`scan_lazy` searches: {rows per group: the fraction of (tile, group) pairs in which some row
+    of the group gets a new winner}, on N rows of random data (`clustered`: each row near a random centroid)
+    scored on the CPU. 8 rows are one of a thread's two rows across a warp, what one vote decides for."""
+    import torch
+    g = torch.Generator().manual_seed(seed)
+    c = torch.randn(K, D, generator=g)
+    x = (c[torch.randint(0, K, (N,), generator=g)] + 0.3 * torch.randn(N, D, generator=g) if clustered
+         else torch.randn(N, D, generator=g))
+    scores = 0.5 * (c * c).sum(1) - x @ c.T
+    tile_min = torch.nn.functional.pad(scores, (0, -K % tile), value=float("inf")).view(N, -1, tile).amin(2)
+    before = torch.cat([torch.full((N, 1), float("inf")), torch.cummin(tile_min, 1).values[:, :-1]], 1)
+    better = tile_min < before
+    return {rows: better.view(N // rows, rows, -1).any(1).float().mean().item() for rows in groups}
+
+
+# scan_lazy's pieces: plain Python, unrolled at trace time (the DSL would turn their loops into device loops)
+
+def _tree(op, values: list):
+    """op over `values` as a balanced tree: log2(n) dependent steps instead of n - 1."""
+    if len(values) == 1:
+        return values[0]
+    half = len(values) // 2
+    return op(_tree(op, values[:half]), _tree(op, values[half:]))
+
+
+def _quad(op, value):
+    """op over the four lanes that share a row (lanes 4i to 4i + 3), by two butterfly shuffles."""
+    for offset in (1, 2):
+        value = op(value, cute.arch.shuffle_sync_bfly(value, offset=offset))
+    return value
+
+
+def _first_equal(values: list, m, columns: list, select):
+    """columns[j] of the lowest j with values[j] == m, NO_COLUMN if none (searched from the top, so the lowest
+    equal one is the last taken; `select(p, a, b)` is p ? a : b). Columns increase with j."""
+    column = NO_COLUMN
+    for j in reversed(range(len(values))):
+        column = select(values[j] == m, columns[j], column)
+    return column
 
 
 @cute.jit

@@ -168,7 +168,7 @@ def test_one_vocabulary_says_what_each_variant_is_made_of():
         r = variants.recipe("sm_100a", name)
         assert (design.reduction, design.norms, design.warp_specialized) == (r.scan, r.norms, r.warp_specialized)
     table = variants.table()
-    assert len(table) == 11 and set(table.arch) == {"sm_90a", "sm_100a"}
+    assert len(table) == 12 and set(table.arch) == {"sm_90a", "sm_100a"}
     with pytest.raises(ValueError, match="'wide' does not exist for sm_100a"):
         variants.recipe("sm_100a", "wide")
     with pytest.raises(ValueError, match="sm_120a"):
@@ -271,3 +271,10 @@ def test_assign_without_c_sq_launches_the_norms_into_a_fresh_float32_k_before_th
     for (_, c_sq), (*_, launched_sq, _) in zip(ran, fake_backend.launched):
         assert launched_sq is c_sq and c_sq.dtype == torch.float32 and c_sq.shape == (4,) and c_sq.is_contiguous()
     assert fake_backend.launched[2][3] is given
+
+
+def test_the_lazy_scan_needs_the_norms_in_the_accumulator():
+    from kmeans_kernels import variants
+    with pytest.raises(ValueError, match="norms in the accumulator"):
+        variants.Recipe("lazy", "shuffle")
+    assert variants.recipe("sm_90a", "lazy_index") == variants.Recipe("lazy", "accumulator", ping_pong=True)

@@ -228,3 +228,66 @@ def test_nan_low_with_a_winner_high_and_signed_zero_pairs():
         xz = torch.zeros(N, D, dtype=dtype)
         assert_equal(run(VARIANT, xz.cuda(), z.cuda()), torch.zeros(N, dtype=torch.int32, device="cuda"),
                      f"signed-zero pairs ({dtype})")
+
+
+# ---------------------------------------------------------------- the lazy scan (variant lazy_index)
+
+def maximum_number(zero):
+    """IEEE maximumNumber as FMNMX computes it (NaN only if both are), `zero` for max(-0, +0)."""
+    def fmax(a, b):
+        if math.isnan(a):
+            return b
+        if math.isnan(b):
+            return a
+        if a == b == 0.0:
+            return zero
+        return max(a, b)
+    return fmax
+
+
+def scan_lazy_model(scores, fmax):
+    """`reduce.scan_lazy` on one row of 128-column tiles: four lanes, lane q holding columns 8g + 2q + {0, 1}
+    (the accumulator's layout), the accumulator holding the negated scores; the shuffles and the vote emulated.
+    Returns the winning column, or -1."""
+    score, index = INF, -1
+    for t in range(0, len(scores), 128):
+        lanes = [[t + 8 * g + 2 * q + e for g in range(16) for e in (0, 1)] for q in range(4)]
+        dots = [[-scores[col] for col in cols] for cols in lanes]
+        m = functools.reduce(fmax, [reduce._tree(fmax, d) for d in dots])
+        if -m < score:
+            index = min(reduce._first_equal(d, m, cols, select) for d, cols in zip(dots, lanes))
+            score = -m
+    return index
+
+
+@pytest.mark.parametrize("zero", [-0.0, 0.0])
+def test_lazy_scan_model_matches_the_reference_across_tiles(zero):
+    """Rows of three 128-column tiles drawn from the special values (ties within a lane, across lanes and across
+    tiles; NaN, both infinities and both zeros everywhere) against the reference's argmin."""
+    rng = random.Random(23)
+    pool = (NAN, -INF, INF, -0.0, 0.0, -1.0, 1.0, 2.0)
+    for _ in range(1500):
+        row = [rng.choice(pool[:rng.randint(1, len(pool))]) for _ in range(384)]
+        _, want = reference._argmin_block(torch.tensor([row], dtype=torch.float32), 0)
+        assert scan_lazy_model(row, maximum_number(zero)) == int(want), row
+
+
+def test_the_lazy_model_check_catches_a_nan_propagating_max():
+    """The check can fail: with IEEE `maximum` (NaN wins the max) a tile holding one NaN would lose its winner."""
+    def nan_max(a, b):
+        return NAN if math.isnan(a) or math.isnan(b) else max(a, b)
+    row = [2.0] * 128 + [1.0] + [NAN] + [3.0] * 126
+    _, want = reference._argmin_block(torch.tensor([row], dtype=torch.float32), 0)
+    assert scan_lazy_model(row, maximum_number(0.0)) == int(want) == 128
+    assert scan_lazy_model(row, nan_max) != int(want)
+
+
+def test_lazy_search_odds_follow_the_harmonic_number_on_data_in_no_order():
+    """A row's winner moves at tile t with probability 1/t when the tiles come in random order: over T tiles the
+    1-row odds are H(T) / T, and a group of rows searches at least as often as one row."""
+    T = 8
+    odds = reduce.lazy_search_odds(4096, 16, 128 * T)
+    harmonic = sum(1 / t for t in range(1, T + 1)) / T
+    assert abs(odds[1] - harmonic) < 0.02, (odds, harmonic)
+    assert odds[1] <= odds[8] <= odds[16] <= 1
+    assert reduce.lazy_search_odds(64, 16, 200)[1] > 0.5   # K not a multiple of the tile: the tail tile is padded
