@@ -179,9 +179,10 @@ def scan_lazy(dots: cute.Tensor, offsets: cutlass.Constexpr, base: cutlass.Int32
     Per row and tile, each lane takes the largest value of its columns by a tree of FMNMX (one per score), the
     four lanes that share the row merge theirs by two butterfly shuffles, and the row's winner is compared
     with it once. Only where some row of the warp improved (one vote per row and warp) do the lanes look for
-    their lowest column holding that value (FSETP and SEL per score) and merge those columns by two more
-    shuffles. A row improves at tile t with probability about 1/t on data in no particular order, so past the
-    first tiles the search is mostly skipped; at K = 512 (four tiles) nearly never.
+    their lowest column holding that value (a compare and a select per score) and merge those columns by two
+    more shuffles. A row improves at tile t with probability about 1/t on data in no particular order, so past
+    the first tiles the search is mostly skipped; at K = 512 (four tiles) it is nearly always taken
+    (`lazy_search_odds`).
 
     **Why it is exact**: the row's winner is shared by its lanes (one chain, one index for the whole row).
     Its score only falls, by strict `<`, so a tie with an earlier tile keeps the earlier index; a new winner's
@@ -192,11 +193,11 @@ def scan_lazy(dots: cute.Tensor, offsets: cutlass.Constexpr, base: cutlass.Int32
     last column down and the lowest equal one stays)."""
     n = cute.size(dots, mode=[1])
     for r in cutlass.range_constexpr(cute.size(dots, mode=[0])):
-        m = _quad(cute.arch.fmax, _tree(cute.arch.fmax, [dots[r, j] for j in range(n)]))
+        row = [dots[r, j] for j in range(n)]
+        m = _quad(cute.arch.fmax, _tree(cute.arch.fmax, row))
         take = -m < best_score[0, r]
         if cute.arch.vote_any_sync(take):
-            column = _quad(cutlass.min, _first_equal([dots[r, j] for j in range(n)], m,
-                                                     [base + offsets[j] for j in range(n)],
+            column = _quad(cutlass.min, _first_equal(row, m, [base + offsets[j] for j in range(n)],
                                                      lambda p, a, b: cutlass.Int32(cutlass.select_(p, a, b))))
             if take:
                 best_score[0, r] = -m

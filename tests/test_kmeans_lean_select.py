@@ -34,17 +34,33 @@ def compiled(variant: str, D: int, dtype=torch.bfloat16):
 
 # ------------------------------------------------------------------ CPU: the pair step, as a model
 
-def minimum_number(zero: float):
-    """FMNMX's min (IEEE minimumNumber): NaN only if both are; between -0 and +0 it may return either (`zero`)."""
-    def fmin(a, b):
+def fmnmx(pick, zero: float):
+    """FMNMX as `pick` (min or max): IEEE minimumNumber / maximumNumber, NaN only if both are; between -0 and +0
+    it may return either (`zero`)."""
+    def op(a, b):
         if math.isnan(a):
             return b
         if math.isnan(b):
             return a
         if a == b == 0.0:
             return zero
-        return min(a, b)
-    return fmin
+        return pick(a, b)
+    return op
+
+
+def minimum_number(zero: float):
+    return fmnmx(min, zero)
+
+
+def rows_of_special_values(seed: int, count: int, length: int):
+    """`count` rows of `length` scores, each drawn from a random prefix of the special values (so some rows are
+    all ties, all NaN or all infinities), with the reference's argmin of each: (row, winning column)."""
+    rng = random.Random(seed)
+    pool = (NAN, -INF, INF, -0.0, 0.0, -1.0, 1.0, 2.0)
+    for _ in range(count):
+        row = [rng.choice(pool[:rng.randint(1, len(pool))]) for _ in range(length)]
+        _, want = reference._argmin_block(torch.tensor([row], dtype=torch.float32), 0)
+        yield row, int(want)
 
 
 def select(p, a, b):
@@ -93,12 +109,8 @@ def scan_pairs_model(scores, fmin):
 def test_scan_model_matches_the_reference_on_rows_of_special_values(zero):
     """Rows of 32 scores drawn from the special values (so ties, NaN and infinities meet in every position of a
     pair and across the two chains) against the reference's argmin of the same scores."""
-    rng = random.Random(19)
-    pool = (NAN, -INF, INF, -0.0, 0.0, -1.0, 1.0, 2.0)
-    for _ in range(3000):
-        row = [rng.choice(pool[:rng.randint(1, len(pool))]) for _ in range(32)]
-        _, want = reference._argmin_block(torch.tensor([row], dtype=torch.float32), 0)
-        assert scan_pairs_model(row, minimum_number(zero)) == int(want), row
+    for row, want in rows_of_special_values(19, 3000, 32):
+        assert scan_pairs_model(row, minimum_number(zero)) == want, row
 
 
 def test_the_model_check_catches_a_nan_propagating_min():
@@ -232,17 +244,8 @@ def test_nan_low_with_a_winner_high_and_signed_zero_pairs():
 
 # ---------------------------------------------------------------- the lazy scan (variant lazy_index)
 
-def maximum_number(zero):
-    """IEEE maximumNumber as FMNMX computes it (NaN only if both are), `zero` for max(-0, +0)."""
-    def fmax(a, b):
-        if math.isnan(a):
-            return b
-        if math.isnan(b):
-            return a
-        if a == b == 0.0:
-            return zero
-        return max(a, b)
-    return fmax
+def maximum_number(zero: float):
+    return fmnmx(max, zero)
 
 
 def scan_lazy_model(scores, fmax):
@@ -264,12 +267,8 @@ def scan_lazy_model(scores, fmax):
 def test_lazy_scan_model_matches_the_reference_across_tiles(zero):
     """Rows of three 128-column tiles drawn from the special values (ties within a lane, across lanes and across
     tiles; NaN, both infinities and both zeros everywhere) against the reference's argmin."""
-    rng = random.Random(23)
-    pool = (NAN, -INF, INF, -0.0, 0.0, -1.0, 1.0, 2.0)
-    for _ in range(1500):
-        row = [rng.choice(pool[:rng.randint(1, len(pool))]) for _ in range(384)]
-        _, want = reference._argmin_block(torch.tensor([row], dtype=torch.float32), 0)
-        assert scan_lazy_model(row, maximum_number(zero)) == int(want), row
+    for row, want in rows_of_special_values(23, 1500, 384):
+        assert scan_lazy_model(row, maximum_number(zero)) == want, row
 
 
 def test_the_lazy_model_check_catches_a_nan_propagating_max():
