@@ -56,7 +56,8 @@ Variants (the tutorial's steps):
                     reference's dot is +inf. Each slot holds 512 more bytes: one slot fewer at D = 64 and 128.
                     What ``auto`` runs at D <= 128.
 ``lazy_index``      ``folded_norms`` with :func:`kmeans_kernels.reduce.scan_lazy`: one FMNMX per score for a tile's
-                    maxima, and the index searched only where the tile beats a row's winner. Not yet timed.
+                    maxima, and the index searched only where the tile beats a row's winner. What ``auto`` runs at
+                    D <= 64 with K >= 4096, where the fold sets the pace and most tiles skip the search.
 """
 from __future__ import annotations
 
@@ -85,6 +86,7 @@ ARCH = "sm_90a"
 SM_SMEM_BYTES = gpus.H200.smem_per_sm_bytes                    # shared memory of one sm_90 SM (228 KiB) ...
 CTA_SMEM_RESERVED = gpus.H200.smem_reserved_per_block_bytes    # ... of which CUDA keeps 1 KiB per resident CTA
 BLOCK_SMEM_MAX = gpus.H200.smem_per_block_bytes                # the most one CTA may opt in to (227 KiB)
+LAZY_D_MAX, LAZY_K_MIN = 64, 4096   # auto runs lazy_index here: the fold, not the MMA, sets the pace
 MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring this deep
 CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
 PRODUCER_WARP = 8      # warp 8 issues every TMA
@@ -131,9 +133,14 @@ def auto_variant(N: int, D: int, K: int) -> str:
     lean_ping_pong against lean_select (kmeans_lean_ping_pong.csv): 5-7 % faster at D = 64 with K >= 4096, 1-3.5 %
     at D = 128, level at 1M x 128 x 4096 and at 65536 x 64 x 512; D from 144 to 192 was not timed. folded_norms
     against lean_ping_pong (kmeans_folded_norms.csv): 6-7 % faster at D = 64 with K >= 4096, 11-15 % at D = 128 (8 %
-    at 65536 x 128 x 512), level at 65536 x 64 x 512; against wide at D = 256 level or 2 % slower (not used there)."""
+    at 65536 x 128 x 512), level at 65536 x 64 x 512; against wide at D = 256 level or 2 % slower (not used there).
+    lazy_index against folded_norms (data/measured/nvidia_h100_80gb_hbm3/kmeans_lazy_index.csv, an H100): 11 %
+    faster at 65536 x 64 x 16384 and 2 % at 65536 x 64 x 4096, where the fold sets the pace and most tiles skip the
+    index search; 4-8 % slower at every D = 128 shape and at K = 512 (nearly every tile searches there)."""
     if D >= 256 and K >= 4096 and ping_pong_fits(D):
         return "wide"
+    if D <= LAZY_D_MAX and K >= LAZY_K_MIN:
+        return "lazy_index"
     return "folded_norms" if D <= 128 else "lean_select"
 
 
@@ -534,9 +541,10 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
 
 
 @functools.lru_cache(maxsize=None)
-def _launches(variant: str, D: int, dtype: torch.dtype, device: int, pdl: bool = False) -> launch.LaunchCache:
-    """The compiled kernel for (variant, D, dtype) on one device, compiled on first use (with that device
-    current), behind its launch cache; a ValueError (never cached) where the variant cannot take D."""
+def _launches(variant: str, D: int, dtype: torch.dtype, device: int, pdl: bool) -> launch.LaunchCache:
+    """The compiled kernel for (variant, D, dtype, pdl) on one device, compiled on first use (with that device
+    current), behind its launch cache; a ValueError (never cached) where the variant cannot take D. Every
+    argument is positional and required: the cache keys on how they are passed, and one form means one entry."""
     check_shape(D, dtype)
     check_variant(variant, D)
     kernel = HopperAssign(variant, D, _cutlass_dtype(dtype), pdl)

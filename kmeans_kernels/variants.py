@@ -69,7 +69,7 @@ RECIPES = {
         "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),
         # lean_ping_pong with the half norms in the accumulator: no subtraction, shuffle or norm staging per score
         "folded_norms": Recipe("pairs", "accumulator", ping_pong=True),
-        # folded_norms with the index searched only where a tile beats a row's winner (built, not yet timed)
+        # folded_norms with the index searched only where a tile beats a row's winner; `auto` at D <= 64, K >= 4096
         "lazy_index": Recipe("lazy", "accumulator", ping_pong=True),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"

@@ -123,6 +123,7 @@ def test_auto_variant_is_a_variant():
     assert hopper.auto_variant(1 << 20, 256, 4096) == hopper.auto_variant(65536, 256, 4096) == "wide"
     assert hopper.auto_variant(65536, 256, 512) == hopper.auto_variant(1 << 20, 192, 4096) == "lean_select"
     assert hopper.auto_variant(1 << 20, 128, 4096) == hopper.auto_variant(65536, 64, 512) == "folded_norms"
+    assert hopper.auto_variant(65536, 64, 4096) == hopper.auto_variant(65536, 16, 16384) == "lazy_index"
 
 
 @pytest.mark.parametrize("D", [320, 384, 512])

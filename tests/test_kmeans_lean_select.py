@@ -135,13 +135,14 @@ def test_column_offsets_follow_the_accumulator_layout():
 
 # ------------------------------------------------------------------ CPU: vocabulary and machine code
 
-def test_auto_runs_the_pairs_scan_wherever_it_does_not_run_wide():
+def test_auto_runs_the_pairs_scan_wherever_it_runs_neither_wide_nor_the_lazy_scan():
     assert VARIANT in hopper.VARIANTS and variants.recipe("sm_90a", VARIANT).scan == "pairs"
     assert variants.recipe("sm_90a", "lean_ping_pong") == variants.Recipe("pairs", "shuffle", ping_pong=True)
     assert variants.recipe("sm_90a", "folded_norms") == variants.Recipe("pairs", "accumulator", ping_pong=True)
     for N, D, K in itertools.product((1, 4096, 65536, 1 << 20), (16, 64, 128, 192, 256, 512), (1, 512, 4096, 16384)):
         wide = D >= 256 and K >= 4096 and hopper.ping_pong_fits(D)
-        want = "wide" if wide else "folded_norms" if D <= 128 else VARIANT
+        lazy = D <= 64 and K >= 4096
+        want = "wide" if wide else "lazy_index" if lazy else "folded_norms" if D <= 128 else VARIANT
         assert hopper.auto_variant(N, D, K) == want, (N, D, K)
 
 

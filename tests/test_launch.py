@@ -401,9 +401,10 @@ def test_kmeans_caches_are_keyed_by_device_and_launch_there(devices, fake_graphs
             c_sq, out = Tensor((32,), torch.float32, device, 3 << 20), Tensor((64,), torch.int32, device, 4 << 20)
             hopper.run("serial", x, c, c_sq, out)
         assert compiled_on == [1, 0] and launched_on == [1, 1, 0] and streams_of == [1, 1, 0]
-        assert hopper._launches("serial", 128, torch.bfloat16, 1).device == 1
-        assert hopper._launches("serial", 128, torch.bfloat16, 1) is not hopper._launches("serial", 128,
-                                                                                       torch.bfloat16, 0)
+        assert hopper._launches("serial", 128, torch.bfloat16, 1, False).device == 1
+        assert hopper._launches("serial", 128, torch.bfloat16, 1, False) is not hopper._launches(
+            "serial", 128, torch.bfloat16, 0, False)
+        assert compiled_on == [1, 0]                # the look-ups found what `run` compiled: one entry each
     finally:
         hopper._launches.cache_clear()
 
@@ -659,7 +660,7 @@ def test_kmeans_fresh_outputs_are_served_by_one_re_aimed_graph():
     c = torch.randint(-4, 5, (K, D), device="cuda", generator=g).to(torch.bfloat16)
     c_sq = reference.centroid_norms(c)
     want = reference.assign(x, c)
-    cache = hopper._launches("lean_select", D, torch.bfloat16, x.get_device())
+    cache = hopper._launches("lean_select", D, torch.bfloat16, x.get_device(), False)
     before = dict(cache.counts)
     outs = [torch.full((N,), -7, dtype=torch.int32, device="cuda") for _ in range(3 * launch.CAPTURE_AFTER)]
     for out in outs:

@@ -94,12 +94,16 @@ def test_gemm_inside_a_users_cuda_graph():
 
 @needs_gpu
 def test_fresh_tensors_at_every_call_are_launched_directly():
-    """Training-style code: no graph is captured for an argument set seen once, so a first call costs a launch."""
+    """Training-style code: no graph is captured for an argument set seen once, so a first call costs a launch.
+    The centroid norms' launch sees the same c at every call (a repeated set, its output re-aimed): that cache
+    may capture; the assignment's, whose x and out are new each time, must not."""
+    from kmeans_kernels import norms
     gen = torch.Generator(device="cuda").manual_seed(23)
     c = small_integers((300, 64), gen)
     x0 = small_integers((500, 64), gen)
     keep = [(x0, kmeans_kernels.assign(x0, c))]   # held: freed, their addresses would come back as a repeat
-    caches = [o for o in __import__("gc").get_objects() if isinstance(o, launch.LaunchCache)]
+    repeated = norms._launches(64, c.dtype, kmeans_kernels.arch_of(0), 0)
+    caches = [o for o in __import__("gc").get_objects() if isinstance(o, launch.LaunchCache) and o is not repeated]
     graphs_before = sum(cache.graph_count for cache in caches)
     for _ in range(10):
         x = small_integers((500, 64), gen)
@@ -107,6 +111,7 @@ def test_fresh_tensors_at_every_call_are_launched_directly():
     torch.cuda.synchronize()
     assert all(torch.equal(ids, reference.assign(x, c)) for x, ids in keep)
     assert sum(cache.graph_count for cache in caches) == graphs_before
+    assert repeated.graph_count <= 1                            # c repeats: at most one re-aimable capture
 
 
 @needs_gpu

@@ -131,7 +131,7 @@ def kmeans_launch_paths(write: bool = True) -> None:
         sets = bench.input_sets(N, D, K)
         variant = hopper.auto_variant(N, D, K)
         dtype = sets[0][0].dtype
-        compiled = hopper._launches(variant, D, dtype, 0).compiled
+        compiled = hopper._launches(variant, D, dtype, 0, False).compiled
         stream = launch.stream_handle(0)
         fns = {}
         for name, (kw, outs) in paths.items():
