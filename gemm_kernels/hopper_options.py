@@ -118,7 +118,9 @@ class Options(BackendOptions):
     (`clamps_a_box`), True everywhere, False nowhere. trace: the separate build that stamps the global timer
     around each row (`hopper_host.timeline`). pdl: launch as a programmatic dependent of the kernel before it in
     the stream (PDL): the CTAs start, set up their barriers and prefetch their descriptors while that kernel
-    drains, and wait for it to finish (`griddepcontrol.wait`) before their first global access.
+    drains, and wait for it to finish (`griddepcontrol.wait`) before their first global access. Off by default:
+    through the launch cache's graphs it moved no shape's time by more than 5 % either way (an H100,
+    data/measured/nvidia_h100_80gb_hbm3/probes/pdl_a5c1543.csv).
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
     stages: int | None = None

@@ -7,7 +7,7 @@
 
 Contenders, on the same inputs (kmeans_kernels.bench.input_sets: three seeded sets, rotated between calls) and the
 same precomputed c_sq: ``ours/auto``, ``ours/lean_select``, ``ours/norm_broadcast`` (`kmeans_kernels.assign(x, c,
-variant=...)`; auto is folded_norms at D <= 128 and wide or lean_select above, `hopper.auto_variant`), and
+variant=...)`; auto is lazy_index or folded_norms at D <= 128, wide or lean_select above: `hopper.auto_variant`), and
 where flashlib is importable (the package never depends on it) its Hopper CuTe kernel, autotuned per shape on its
 first call as it is by default, and its Triton kernel, called as kmeans_kernels.bench calls them. Every contender
 is first checked against kmeans_kernels.reference on the first 2048 rows of each set (match_rate: the lowest of

@@ -54,7 +54,7 @@ Variants (the tutorial's steps):
                     Exact inputs stay exact (the sum of ``-h`` and exact products is exact); only where finite
                     products overflow fp32 in their sum can the sum that starts at ``-h`` stay finite where the
                     reference's dot is +inf. Each slot holds 512 more bytes: one slot fewer at D = 64 and 128.
-                    What ``auto`` runs at D <= 128.
+                    What ``auto`` runs at D <= 128 where it does not run ``lazy_index``.
 ``lazy_index``      ``folded_norms`` with :func:`kmeans_kernels.reduce.scan_lazy`: one FMNMX per score for a tile's
                     maxima, and the index searched only where the tile beats a row's winner. What ``auto`` runs at
                     D <= 64 with K >= 4096, where the fold sets the pace and most tiles skip the search.
@@ -228,7 +228,7 @@ def check_variant(variant: str, D: int | None = None) -> None:
 class HopperAssign:
     """One compiled kernel per (variant, D, dtype, pdl); N and K are runtime values. `pdl`: launched as a
     programmatic dependent of the kernel before it in the stream (set up while it drains, wait for it before the
-    first global access)."""
+    first global access); off in `assign`: level within 4 % on an H100 (notes/perf-log.md)."""
 
     def __init__(self, variant: str, D: int, dtype, pdl: bool = False):
         self.variant = variant
@@ -468,9 +468,9 @@ class HopperAssign:
         first = tile * self.block_n
         if cutlass.const_expr(self.norms_in_acc):
             # acc = dot - half norm: the scan minimises its negation, the score itself
-            if cutlass.const_expr(self.scan == "lazy"):
+            if cutlass.const_expr(self.scan.startswith("lazy")):
                 reduce.scan_lazy(dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
-                                 k.best_score, k.best_index)
+                                 k.best_score, k.best_index, self.scan == "lazy_rows")
                 return
             reduce.scan_pairs(dots, dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
                               k.best_score, k.best_index, folded=True)
