@@ -134,9 +134,10 @@ def auto_variant(N: int, D: int, K: int) -> str:
     at D = 128, level at 1M x 128 x 4096 and at 65536 x 64 x 512; D from 144 to 192 was not timed. folded_norms
     against lean_ping_pong (kmeans_folded_norms.csv): 6-7 % faster at D = 64 with K >= 4096, 11-15 % at D = 128 (8 %
     at 65536 x 128 x 512), level at 65536 x 64 x 512; against wide at D = 256 level or 2 % slower (not used there).
-    lazy_index against folded_norms (data/measured/nvidia_h100_80gb_hbm3/kmeans_lazy_index.csv, an H100): 11 %
-    faster at 65536 x 64 x 16384 and 2 % at 65536 x 64 x 4096, where the fold sets the pace and most tiles skip the
-    index search; 4-8 % slower at every D = 128 shape and at K = 512 (nearly every tile searches there)."""
+    lazy_index against folded_norms (data/measured/nvidia_h100_80gb_hbm3/kmeans_lazy_rows.csv, an H100, the
+    build then named lazy_rows): 14 % faster at 65536 x 64 x 16384 and 4 % at 65536 x 64 x 4096, where the fold
+    sets the pace and most tiles skip the index search; 2 % slower at 65536 x 64 x 2048, level to 1 % faster at
+    K = 16384 with D = 96 and 128, 4-5 % slower at D = 128 with K = 4096."""
     if D >= 256 and K >= 4096 and ping_pong_fits(D):
         return "wide"
     if D <= LAZY_D_MAX and K >= LAZY_K_MIN:
@@ -468,9 +469,9 @@ class HopperAssign:
         first = tile * self.block_n
         if cutlass.const_expr(self.norms_in_acc):
             # acc = dot - half norm: the scan minimises its negation, the score itself
-            if cutlass.const_expr(self.scan.startswith("lazy")):
+            if cutlass.const_expr(self.scan == "lazy"):
                 reduce.scan_lazy(dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
-                                 k.best_score, k.best_index, self.scan == "lazy_rows")
+                                 k.best_score, k.best_index)
                 return
             reduce.scan_pairs(dots, dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
                               k.best_score, k.best_index, folded=True)

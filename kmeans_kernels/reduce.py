@@ -35,15 +35,16 @@ import cutlass
 import cutlass.cute as cute
 
 NO_WINNER = -1
-SCANS = ("serial", "ilp2", "pairs", "lazy", "lazy_rows")
+SCANS = ("serial", "ilp2", "pairs", "lazy")
 NO_COLUMN = 2**31 - 1   # `scan_lazy`: a lane none of whose columns holds the row's tile minimum
+SEARCH_CHAINS = 4        # `scan_lazy`: independent chains of its column search
 
 
 def chains_of(scan: str) -> int:
     """How many independent chains per row a scan keeps."""
     if scan not in SCANS:
         raise ValueError(f"unknown scan {scan!r}; choose from {SCANS}")
-    return 1 if scan in ("serial", "lazy", "lazy_rows") else 2
+    return 1 if scan in ("serial", "lazy") else 2
 
 
 @cute.jit
@@ -172,7 +173,7 @@ def scan_pairs(dots: cute.Tensor, half_norms: cute.Tensor, offsets: cutlass.Cons
 
 @cute.jit
 def scan_lazy(dots: cute.Tensor, offsets: cutlass.Constexpr, base: cutlass.Int32,
-              best_score: cute.Tensor, best_index: cute.Tensor, rows_together: cutlass.Constexpr = False):
+              best_score: cute.Tensor, best_index: cute.Tensor):
     """The argmin of folded scores (``dots`` holds ``dot - half norm``, the score negated) that finds a tile's
     index only where the tile beats a row's winner.
 
@@ -184,40 +185,29 @@ def scan_lazy(dots: cute.Tensor, offsets: cutlass.Constexpr, base: cutlass.Int32
     the first tiles the search is mostly skipped; at K = 512 (four tiles) it is nearly always taken
     (`lazy_search_odds`).
 
+    Latency, not only the count: the maxima of all the thread's rows come first, their trees and shuffles
+    independent and in flight together, and the search runs as four chains of a quarter of the columns whose
+    lowest hit wins. Where the other warpgroup's MMA hides the fold's instructions, this dependent path is
+    what delays the next turn at the tensor cores (notes/perf-log.md: 3-4 % of the time at D = 96 and 128).
+
     **Why it is exact**: the row's winner is shared by its lanes (one chain, one index for the whole row).
     Its score only falls, by strict `<`, so a tie with an earlier tile keeps the earlier index; a new winner's
     index is the lowest column of the tile holding the tile's minimum, the lowest index among equals. FMNMX
     skips NaN (a row whose columns are all NaN has a NaN maximum, and `NaN < score` is false); +inf never
     beats the initial +inf; -0 and +0 compare equal both in the comparison and in the search. Column
-    ``base + offsets[j]`` as in :func:`scan_pairs` (offsets increasing with j, so the search runs from the
-    last column down and the lowest equal one stays).
-
-    ``rows_together``: the maxima of all the thread's rows first (their trees and shuffles independent, in
-    flight together), then each row's vote and search, the search as four chains of a quarter of the columns
-    each whose lowest hit wins (a quarter of the dependent selects, three IMNMX more). The same answer, a
-    shorter dependent path per tile."""
+    ``base + offsets[j]`` as in :func:`scan_pairs` (offsets increasing with j, so each chain runs from its
+    last column down, the lowest equal one stays, and the lowest of the chains' hits is the row's)."""
     n = cute.size(dots, mode=[1])
-    if cutlass.const_expr(rows_together):
-        rows = [[dots[r, j] for j in range(n)] for r in range(cute.size(dots, mode=[0]))]
-        maxima = [_quad(cute.arch.fmax, _tree(cute.arch.fmax, row)) for row in rows]
-        columns = [base + offsets[j] for j in range(n)]
-        for r in cutlass.range_constexpr(cute.size(dots, mode=[0])):
-            m = maxima[r]
-            take = -m < best_score[0, r]
-            if cute.arch.vote_any_sync(take):
-                column = _quad(cutlass.min, _first_equal_split(rows[r], m, columns, 4, lambda p, a, b: cutlass.Int32(
-                    cutlass.select_(p, a, b))))
-                if take:
-                    best_score[0, r] = -m
-                    best_index[0, r] = column
-        return
+    rows = [[dots[r, j] for j in range(n)] for r in range(cute.size(dots, mode=[0]))]
+    maxima = [_quad(cute.arch.fmax, _tree(cute.arch.fmax, row)) for row in rows]
+    columns = [base + offsets[j] for j in range(n)]
     for r in cutlass.range_constexpr(cute.size(dots, mode=[0])):
-        row = [dots[r, j] for j in range(n)]
-        m = _quad(cute.arch.fmax, _tree(cute.arch.fmax, row))
+        m = maxima[r]
         take = -m < best_score[0, r]
         if cute.arch.vote_any_sync(take):
-            column = _quad(cutlass.min, _first_equal(row, m, [base + offsets[j] for j in range(n)],
-                                                     lambda p, a, b: cutlass.Int32(cutlass.select_(p, a, b))))
+            column = _quad(cutlass.min, _first_equal_split(
+                rows[r], m, columns, SEARCH_CHAINS, lambda p, a, b: cutlass.Int32(cutlass.select_(p, a, b)),
+                cutlass.min))
             if take:
                 best_score[0, r] = -m
                 best_index[0, r] = column
@@ -266,13 +256,13 @@ def _first_equal(values: list, m, columns: list, select):
     return column
 
 
-def _first_equal_split(values: list, m, columns: list, ways: int, select):
-    """:func:`_first_equal` as `ways` independent chains over consecutive parts, the lowest hit taken (NO_COLUMN,
-    the largest Int32, loses every min)."""
+def _first_equal_split(values: list, m, columns: list, ways: int, select, lowest):
+    """:func:`_first_equal` as `ways` independent chains over consecutive parts, the chains' hits merged by
+    `lowest` (a min: NO_COLUMN, the largest Int32, loses every one)."""
     step = len(values) // ways
     parts = [_first_equal(values[i * step:(i + 1) * step], m, columns[i * step:(i + 1) * step], select)
              for i in range(ways)]
-    return _tree(cutlass.min, parts)
+    return _tree(lowest, parts)
 
 
 @cute.jit

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 D_MULTIPLE = 16        # the MMA K of 16-bit operands
 D_MAX = 512            # a [128, 512] bf16 point tile is 128 KiB resident; beyond that too few ring slots remain
-SCANS = ("serial", "ilp2", "pairs", "lazy", "lazy_rows")   # `kmeans_kernels.reduce`
+SCANS = ("serial", "ilp2", "pairs", "lazy")   # `kmeans_kernels.reduce`
 NORMS = ("load", "smem", "shuffle", "accumulator")
 
 
@@ -48,7 +48,7 @@ class Recipe:
     def __post_init__(self):
         if self.scan not in SCANS or self.norms not in NORMS:
             raise ValueError(f"scan must be one of {SCANS} and norms one of {NORMS}; got {self.scan!r}, {self.norms!r}")
-        if self.scan.startswith("lazy") and self.norms != "accumulator":
+        if self.scan == "lazy" and self.norms != "accumulator":
             raise ValueError("the lazy scan reads finished scores: it needs the norms in the accumulator")
 
 
@@ -71,8 +71,6 @@ RECIPES = {
         "folded_norms": Recipe("pairs", "accumulator", ping_pong=True),
         # folded_norms with the index searched only where a tile beats a row's winner; `auto` at D <= 64, K >= 4096
         "lazy_index": Recipe("lazy", "accumulator", ping_pong=True),
-        # lazy_index with the thread's rows' maxima in flight together and the search in four chains
-        "lazy_rows": Recipe("lazy_rows", "accumulator", ping_pong=True),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"
         "serial": Recipe("serial", "smem"),

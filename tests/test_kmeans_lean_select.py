@@ -249,17 +249,18 @@ def maximum_number(zero: float):
     return fmnmx(max, zero)
 
 
-def scan_lazy_model(scores, fmax):
+def scan_lazy_model(scores, fmax, lowest=min):
     """`reduce.scan_lazy` on one row of 128-column tiles: four lanes, lane q holding columns 8g + 2q + {0, 1}
-    (the accumulator's layout), the accumulator holding the negated scores; the shuffles and the vote emulated.
-    Returns the winning column, or -1."""
+    (the accumulator's layout), the accumulator holding the negated scores; the shuffles and the vote emulated,
+    each lane's search in the kernel's chains merged by `lowest`. Returns the winning column, or -1."""
     score, index = INF, -1
     for t in range(0, len(scores), 128):
         lanes = [[t + 8 * g + 2 * q + e for g in range(16) for e in (0, 1)] for q in range(4)]
         dots = [[-scores[col] for col in cols] for cols in lanes]
         m = functools.reduce(fmax, [reduce._tree(fmax, d) for d in dots])
         if -m < score:
-            index = min(reduce._first_equal(d, m, cols, select) for d, cols in zip(dots, lanes))
+            index = min(reduce._first_equal_split(d, m, cols, reduce.SEARCH_CHAINS, select, lowest)
+                        for d, cols in zip(dots, lanes))
             score = -m
     return index
 
@@ -280,6 +281,15 @@ def test_the_lazy_model_check_catches_a_nan_propagating_max():
     _, want = reference._argmin_block(torch.tensor([row], dtype=torch.float32), 0)
     assert scan_lazy_model(row, maximum_number(0.0)) == int(want) == 128
     assert scan_lazy_model(row, nan_max) != int(want)
+
+
+def test_the_lazy_model_check_catches_chains_merged_by_the_wrong_end():
+    """The check can fail: merging the search chains' hits by max finds a higher column holding the maximum, or
+    the NO_COLUMN of a chain with no hit."""
+    row = [5.0] * 128
+    row[3], row[122] = 1.0, 1.0                 # the tile's best twice, in lane 1's first and last chains
+    assert scan_lazy_model(row, maximum_number(0.0)) == 3
+    assert scan_lazy_model(row, maximum_number(0.0), lowest=max) != 3
 
 
 def test_lazy_search_odds_follow_the_harmonic_number_on_data_in_no_order():

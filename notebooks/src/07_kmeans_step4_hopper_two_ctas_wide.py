@@ -327,11 +327,13 @@ else:
 # One step further along the same lever is `lazy_index` (`reduce.scan_lazy`): a tree of FMNMX finds each row's best
 # score of the tile (one instruction per score), and the column is searched only where that beats the row's winner,
 # which past the first tiles is rare (about half the tiles at K = 4096, a fifth at 16384). Timed on an H100 against
-# `folded_norms` (`data/measured/nvidia_h100_80gb_hbm3/kmeans_lazy_index.csv`) it pays where the fold sets the pace,
-# at D <= 64: 0.98x the time at K = 4096, 0.89x at 16384. From D = 96 up it is 3-8 % *slower*, with fewer
-# instructions: its fold is one dependent chain per row (tree, shuffles, vote, branch, search), where the pairs scan
-# has four independent ones, and while the other warpgroup's longer MMA hides the instructions, the chain's latency
-# is what delays the next turn. `auto` runs it at D <= 64 with K >= 4096.
+# `folded_norms` (`data/measured/nvidia_h100_80gb_hbm3/kmeans_lazy_index.csv`), its first build paid where the fold
+# sets the pace, at D <= 64 (0.89x the time at K = 16384), and was 3-8 % *slower* from D = 96 up, with fewer
+# instructions: each row was one dependent chain (tree, shuffles, vote, branch, search), where the pairs scan runs
+# four independent ones, and while the other warpgroup's longer MMA hides instructions, a chain's latency is what
+# delays the next turn. Taking both rows' maxima together and searching in four chains, the same instruction count,
+# bought 3-4 % back at D = 96 and 128 and made D = 64 faster still: 0.96x at K = 4096, 0.86x at 16384
+# (`kmeans_lazy_rows.csv`). D = 128 at K = 4096 stays 4 % slower; `auto` runs it at D <= 64 with K >= 4096.
 #
 # **Exercise 2 (predict).** Each ring slot of `folded_norms` also holds its tile's 128 fp32 norms. How many slots
 # does it get at D = 64, where `lean_ping_pong` gets 6? Check with `exercises.folded_slots(n)`.
