@@ -400,8 +400,9 @@ def _compile(variant: str, D: int, dtype: torch.dtype, dump_dir: Path | None):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(variant: str, D: int, dtype: torch.dtype, device: int | None = None):
-    """The artifacts of one build, compiled once per process and device (with that device current)."""
+def _compiled(variant: str, D: int, dtype: torch.dtype, device: int | None):
+    """The artifacts of one build, compiled once per process and device (with that device current; None: the
+    current one). Every argument is positional and required: the cache keys on how they are passed."""
     with launch.on_device(device):
         return _compile(variant, D, dtype, None)
 
@@ -416,7 +417,7 @@ def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dt
         raise ValueError(f"N and K must be >= 1; got N={N}, K={K}")
     if dump_dir is not None:
         return _compile(variant, D, dtype, Path(dump_dir))
-    return _compiled(variant, D, dtype)
+    return _compiled(variant, D, dtype, None)
 
 
 def run(variant: str, x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
