@@ -251,7 +251,7 @@ class HopperAssign:
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, c_sq_ptr: cute.Pointer, out_ptr: cute.Pointer,
-                 N: cutlass.Int32, K: cutlass.Int32, stream: cuda.CUstream):
+                 N: cutlass.Int32, K: cutlass.Int32, ctas: cutlass.Int32, stream: cuda.CUstream):
         # Raw pointers and sizes rather than framework tensors: a launch then costs a few microseconds of
         # Python, not the ~40-80 us of four DLPack conversions, which small problems would pay in full.
         x = cute.make_tensor(x_ptr, cute.make_layout((N, self.D), stride=(self.D, 1)))
@@ -284,7 +284,8 @@ class HopperAssign:
             sc: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(c_smem)], 1024]
 
         self.shared_storage = SharedStorage
-        grid = (cute.ceil_div(x.shape[0], BLOCK_M), 1, 1)
+        # at most `ctas` CTAs, each taking every ctas-th point tile (`resident_ctas`: one wave, set up once)
+        grid = (cutlass.min(cute.ceil_div(x.shape[0], BLOCK_M), ctas), 1, 1)
         self.kernel(tma_x, tma_x_tensor, tma_c, tma_c_tensor, c_sq, out, tiled_mma, x_smem, c_smem).launch(
             grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
             # the register cap that lets ctas_per_sm CTAs share an SM; the carveout asks for all the shared
@@ -300,6 +301,9 @@ class HopperAssign:
         num_tiles = cute.ceil_div(K, self.block_n)
         tidx, _, _ = cute.arch.thread_idx()
         block, _, _ = cute.arch.block_idx()
+        grid_size, _, _ = cute.arch.grid_dim()
+        # this CTA's point tiles: block, block + grid_size, ... below ceil(N / BLOCK_M)
+        my_point_tiles = (cute.ceil_div(N, BLOCK_M) - 1 - block) // grid_size + 1
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
 
         if warp == PRODUCER_WARP:
@@ -338,26 +342,33 @@ class HopperAssign:
         if warp == PRODUCER_WARP:
             # ---------------- producer: one warp issues every TMA ----------------
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
-            x_pipe.producer_acquire(x_state)
-            cute.copy(tma_x, tma_gx[(None, block)], tma_sx[(None, 0)],
-                      tma_bar_ptr=x_pipe.producer_get_barrier(x_state))
-            x_pipe.producer_commit(x_state)
             slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
-            for tile in cutlass.range(num_tiles, unroll=1):
-                for db in cutlass.range_constexpr(self.d_blocks):
-                    if cutlass.const_expr(self.norms_in_acc and db == 0):
-                        # the tile's norms go beside its first slot before the slot's "full" arrive, which
-                        # publishes them with the TMA bytes (the warp's stores ordered before it by sync_warp)
-                        ring.sync_object_empty.wait(slot.index, slot.phase)
-                        self._stage_norms(c_sq, sn, slot.index, tile, K, tidx % 32)
-                        cute.arch.sync_warp()
-                        ring.sync_object_full.arrive(slot.index, ring.producer_mask)
-                    else:
-                        ring.producer_acquire(slot)
-                    cute.copy(tma_c, tma_gc[(None, tile, db)], tma_sc[(None, slot.index)],
-                              tma_bar_ptr=ring.producer_get_barrier(slot))
-                    ring.producer_commit(slot)
-                    slot.advance()
+            for i in cutlass.range(my_point_tiles, unroll=1):
+                point_tile = block + i * grid_size
+                # the point tile once the consumers' last WGMMAs on the one before are done with its buffer
+                x_pipe.producer_acquire(x_state)
+                cute.copy(tma_x, tma_gx[(None, point_tile)], tma_sx[(None, 0)],
+                          tma_bar_ptr=x_pipe.producer_get_barrier(x_state))
+                x_pipe.producer_commit(x_state)
+                x_state.advance()
+                if i + 1 < my_point_tiles:
+                    # the next one into L2 now, so that its load waits for L2, not DRAM
+                    cute.prefetch(tma_x, tma_gx[(None, point_tile + grid_size)])
+                for tile in cutlass.range(num_tiles, unroll=1):
+                    for db in cutlass.range_constexpr(self.d_blocks):
+                        if cutlass.const_expr(self.norms_in_acc and db == 0):
+                            # the tile's norms go beside its first slot before the slot's "full" arrive, which
+                            # publishes them with the TMA bytes (the warp's stores ordered before it by sync_warp)
+                            ring.sync_object_empty.wait(slot.index, slot.phase)
+                            self._stage_norms(c_sq, sn, slot.index, tile, K, tidx % 32)
+                            cute.arch.sync_warp()
+                            ring.sync_object_full.arrive(slot.index, ring.producer_mask)
+                        else:
+                            ring.producer_acquire(slot)
+                        cute.copy(tma_c, tma_gc[(None, tile, db)], tma_sc[(None, slot.index)],
+                                  tma_bar_ptr=ring.producer_get_barrier(slot))
+                        ring.producer_commit(slot)
+                        slot.advance()
             ring.producer_tail(slot)
         else:
             # ---------------- consumers (warps 0-7): WGMMA, then the argmin of the tile ----------------
@@ -368,7 +379,6 @@ class HopperAssign:
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.block_n)))
             best_score, best_index = reduce.new_winners(self.chains, 2)
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-            x_pipe.consumer_wait(x_state)
             ctx = _ConsumerState(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
                                  lane=lane, best_score=best_score, best_index=best_index, sn=sn)
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
@@ -378,36 +388,48 @@ class HopperAssign:
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             consumer_wg = tidx // 128
-            for tile in cutlass.range(num_tiles, unroll=1):
-                if cutlass.const_expr(self.norms_in_acc):
-                    # the accumulator starts at -0.5 * c_sq (before my turn: it only needs the tile's first slot)
-                    ring.consumer_wait(read)
-                    self._norms_into_acc(ctx, acc, read.index)
-                if cutlass.const_expr(self.ping_pong):
-                    # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
-                    if consumer_wg + tile > 0:
-                        cute.arch.barrier(barrier_id=TURN_BARRIER + consumer_wg, number_of_threads=256)
-                mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
-                if cutlass.const_expr(self.ping_pong):
-                    # the other warpgroup's turn (its MMAs queue behind mine) - except after the last tile
-                    # of warpgroup 1, which nobody waits for
-                    if tile + consumer_wg < num_tiles:
-                        cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - consumer_wg, number_of_threads=256)
-                    # slot by slot, oldest first: the producer refills a slot as soon as both are done with it
-                    for _ in cutlass.range_constexpr(held):
-                        release, held = self._retire(ctx, release, held, 1)
-                else:
-                    # every slot back to the producer before the argmin, so it refills them while we fold
-                    release, held = self._retire(ctx, release, held, held)
-                self._argmin(ctx, acc, tile)
+            # the warpgroups' turns run on across point tiles: `turn` counts this CTA's centroid tiles
+            turns = my_point_tiles * num_tiles
+            for i in cutlass.range(my_point_tiles, unroll=1):
+                point_tile = block + i * grid_size
+                if i > 0:
+                    reduce.reset_winners(best_score, best_index)
+                x_pipe.consumer_wait(x_state)
+                for tile in cutlass.range(num_tiles, unroll=1):
+                    turn = i * num_tiles + tile
+                    if cutlass.const_expr(self.norms_in_acc):
+                        # the accumulator starts at -0.5 * c_sq (before my turn: it only needs the tile's first slot)
+                        ring.consumer_wait(read)
+                        self._norms_into_acc(ctx, acc, read.index)
+                    if cutlass.const_expr(self.ping_pong):
+                        # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
+                        if consumer_wg + turn > 0:
+                            cute.arch.barrier(barrier_id=TURN_BARRIER + consumer_wg, number_of_threads=256)
+                    mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
+                    if cutlass.const_expr(self.ping_pong):
+                        # the other warpgroup's turn (its MMAs queue behind mine) - except after the last tile
+                        # of warpgroup 1, which nobody waits for
+                        if turn + consumer_wg < turns:
+                            cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - consumer_wg, number_of_threads=256)
+                        # slot by slot, oldest first: the producer refills a slot as soon as both are done with it
+                        for _ in cutlass.range_constexpr(held):
+                            release, held = self._retire(ctx, release, held, 1)
+                    else:
+                        # every slot back to the producer before the argmin, so it refills them while we fold
+                        release, held = self._retire(ctx, release, held, held)
+                    if tile == num_tiles - 1:
+                        # my last WGMMAs on this point tile are done: its buffer may take the next one
+                        x_pipe.consumer_release(x_state)
+                    self._argmin(ctx, acc, tile)
+                x_state.advance()
 
-            reduce.merge_chains(best_score, best_index)
-            reduce.merge_lanes(best_score, best_index, 4)
-            if lane % 4 == 0:
-                for r in cutlass.range_constexpr(2):
-                    row = block * BLOCK_M + coords[_flat_index(r, 0)][0]
-                    if row < N:
-                        out[row] = best_index[0, r]
+                reduce.merge_chains(best_score, best_index)
+                reduce.merge_lanes(best_score, best_index, 4)
+                if lane % 4 == 0:
+                    for r in cutlass.range_constexpr(2):
+                        row = point_tile * BLOCK_M + coords[_flat_index(r, 0)][0]
+                        if row < N:
+                            out[row] = best_index[0, r]
 
     # ---- consumer steps: plain Python, run at trace time; every loop here is unrolled ----
 
@@ -516,18 +538,27 @@ def _cutlass_dtype(dtype: torch.dtype):
     return {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float16}[dtype]
 
 
-def _args(dtype: torch.dtype, x_addr: int, c_addr: int, c_sq_addr: int, out_addr: int, N: int, K: int, stream):
-    """The kernel's arguments: global pointers (x and c 16-byte aligned, for TMA), sizes and a stream."""
+def _args(dtype: torch.dtype, x_addr: int, c_addr: int, c_sq_addr: int, out_addr: int, N: int, K: int, ctas: int,
+          stream):
+    """The kernel's arguments: global pointers (x and c 16-byte aligned, for TMA), sizes, the most CTAs to launch
+    and a stream."""
     el = _cutlass_dtype(dtype)
     return (launch.gmem_pointer(el, x_addr, 16), launch.gmem_pointer(el, c_addr, 16),
             launch.gmem_pointer(cutlass.Float32, c_sq_addr, 4), launch.gmem_pointer(cutlass.Int32, out_addr, 4),
-            cutlass.Int32(N), cutlass.Int32(K), stream)
+            cutlass.Int32(N), cutlass.Int32(K), cutlass.Int32(ctas), stream)
 
 
 def _placeholder_args(dtype: torch.dtype):
     """Arguments to compile against: null pointers and zero sizes stand for the runtime values."""
     from cutlass.runtime import make_fake_stream
-    return _args(dtype, 0, 0, 0, 0, 0, 0, make_fake_stream())
+    return _args(dtype, 0, 0, 0, 0, 0, 0, 0, make_fake_stream())
+
+
+def resident_ctas(variant: str, D: int, device: int) -> int:
+    """The CTAs of `variant` at D that one wave on `device` holds (`ctas_per_sm` on each SM): the grid's cap,
+    so that each CTA sets up once and walks its point tiles, the next one's load under the last one's fold."""
+    spec = VARIANT_SPECS[variant]
+    return ctas_per_sm(D, spec.block_n, spec.staged_norms) * launch.sm_count(device)
 
 
 def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dtype = torch.bfloat16):
@@ -555,14 +586,17 @@ def _launches(variant: str, D: int, dtype: torch.dtype, device: int, pdl: bool) 
     return launch.LaunchCache(compiled, device=device, pointers=4, reaimable=(2, 3))   # x, c, c_sq, out
 
 
-def launcher(variant: str, N: int, D: int, K: int, dtype: torch.dtype, device: int, pdl: bool = False):
+def launcher(variant: str, N: int, D: int, K: int, dtype: torch.dtype, device: int, pdl: bool = False,
+             ctas: int | None = None):
     """`run` for one signature (sizes, dtype, device): a function of (x, c, c_sq, out) that launches, the
     compiled kernel and its launch cache looked up once (compiled here on first use); `pdl`: the build launched
-    as a programmatic dependent (`HopperAssign`)."""
+    as a programmatic dependent (`HopperAssign`); `ctas`: the most CTAs to launch, `resident_ctas` if None (a
+    CTA per point tile at MAX_ROWS)."""
     launches = _launches(variant, D, dtype, device, pdl)
+    ctas = resident_ctas(variant, D, device) if ctas is None else ctas
 
     def launch_on(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
-        addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K)
+        addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K, ctas)
         launches(addrs, lambda s: _args(dtype, *addrs, cuda.CUstream(s)), launch.stream_handle(device))
     return launch_on
 

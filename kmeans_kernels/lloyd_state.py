@@ -31,7 +31,7 @@ import torch
 
 import kmeans_kernels
 from kmeans_kernels.lloyd import scale_factors
-from kmeans_kernels.lloyd_update import _DTYPES, ARCHS, VEC, _sm_count, _vec, check_shape, check_x, row_groups
+from kmeans_kernels.lloyd_update import _DTYPES, ARCHS, VEC, _vec, check_shape, check_x, row_groups
 from workbook import launch, sass
 
 UNROLL = 4           # rows a thread loads before it adds them
@@ -152,7 +152,7 @@ def column_totals(x: torch.Tensor, s: int) -> torch.Tensor:
     """`lloyd.fixed_point_total(x, s)` (int64 [D], exact) in one read of x; launches, never waits."""
     check_x(x)
     N, D = x.shape
-    ctas = grid(N, D, _sm_count(x.device.index))
+    ctas = grid(N, D, launch.sm_count(x.device.index))
     partial = _buffer((ctas * row_groups(D), D), torch.int64, x.device)
     _run(x, False, partial, partial, s, ctas)   # the totals kernel reads no mean: any address will do
     return partial.sum(0)
@@ -164,7 +164,7 @@ def spread_about(x: torch.Tensor, mean: torch.Tensor) -> torch.Tensor:
     N, D = x.shape
     if mean.dtype != torch.float64 or tuple(mean.shape) != (D,) or mean.device != x.device or not mean.is_contiguous():
         raise ValueError(f"mean must be a contiguous float64 tensor of shape ({D},) on {x.device}")
-    ctas = grid(N, D, _sm_count(x.device.index))
+    ctas = grid(N, D, launch.sm_count(x.device.index))
     partial = _buffer((ctas * row_groups(D) * (D // VEC),), torch.float64, x.device)   # one per thread
     _run(x, True, mean, partial, 0, ctas)
     return partial.sum()

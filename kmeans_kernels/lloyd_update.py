@@ -340,11 +340,6 @@ def rows_per_group(N: int, D: int, sm_count: int) -> int:
     return max(UNROLL, min(ROWS_PER_GROUP, fit // UNROLL * UNROLL))
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: int) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
-
-
 def _args(dtype: torch.dtype, x: int, ids: int, order: int, sums: int, counts: int, N: int, k: int, rows: int,
           f1: float, f2: float, stream):
     """The kernel's arguments: global pointers (x 16-byte aligned, for the vector loads), sizes, the scale."""
@@ -419,7 +414,7 @@ def cluster_sums(x: torch.Tensor, sorted_ids: torch.Tensor, order: torch.Tensor,
     N, D = x.shape
     k = sums.shape[0] - 1
     values = (x.data_ptr(), sorted_ids.data_ptr(), order.data_ptr(), sums.data_ptr(), counts.data_ptr(), N, k,
-              rows_per_group(N, D, _sm_count(device)), *scale_factors(s))
+              rows_per_group(N, D, launch.sm_count(device)), *scale_factors(s))
     _launches(D, x.dtype, arch, device)(values, lambda st: _args(x.dtype, *values, cuda.CUstream(st)),
                                          launch.stream_handle(device))
 

@@ -59,9 +59,15 @@ def new_winners(chains: cutlass.Constexpr[int], rows: cutlass.Constexpr[int]):
     """Register tensors (chains, rows) of the running winners: score +inf, index -1 (nothing won yet)."""
     best_score = cute.make_rmem_tensor(cute.make_layout((chains, rows)), cutlass.Float32)
     best_index = cute.make_rmem_tensor(cute.make_layout((chains, rows)), cutlass.Int32)
+    reset_winners(best_score, best_index)
+    return best_score, best_index
+
+
+@cute.jit
+def reset_winners(best_score: cute.Tensor, best_index: cute.Tensor):
+    """Every winner back to score +inf, index -1: a new set of rows."""
     best_score.fill(float("inf"))
     best_index.fill(NO_WINNER)
-    return best_score, best_index
 
 
 @cute.jit

@@ -188,6 +188,40 @@ def test_exact_on_small_integers(variant, N, D, K):
 
 @gpu
 @needs_hopper
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize("ctas", [1, 3])
+def test_each_cta_walks_several_point_tiles(variant, ctas):
+    """A grid capped at `ctas` CTAs: each walks every ctas-th point tile (reloading its point buffer, its winners
+    started afresh, the warpgroups' turns running on), with a partial last point tile and a partial centroid
+    tile, cross-tile ties and a NaN row; every row written, bit for bit the reference's."""
+    D = 128 if takes(variant, 128) else 64
+    N, K = 7 * hopper.BLOCK_M + 45, 3 * hopper.WIDE_BLOCK_N + 37
+    gen = torch.Generator().manual_seed(ctas * 101 + D)
+    x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()
+    c[[300, 700]] = c[5]            # one centroid in three tiles: the lowest index wins in every point tile
+    x[N - 200] = float("nan")       # a row of a middle point tile with no winner
+    c_sq = reference.centroid_norms(c)
+    out = torch.full((N,), POISON, dtype=torch.int32, device="cuda")
+    hopper.launcher(variant, N, D, K, torch.bfloat16, 0, ctas=ctas)(x, c, c_sq, out)
+    torch.cuda.synchronize()
+    assert not (out == POISON).any(), "some output rows were never written"
+    assert_equal(out, reference.assign(x, c, c_sq).to(torch.int32), f"{variant} ctas={ctas}")
+
+
+@gpu
+@needs_hopper
+def test_the_grid_is_one_wave_of_resident_ctas():
+    """Past one wave of point tiles the default grid holds resident_ctas CTAs: 65536 rows are 512 point tiles."""
+    assert hopper.resident_ctas("folded_norms", 64, 0) == 2 * torch.cuda.get_device_properties(0).multi_processor_count
+    assert hopper.resident_ctas("wide", 256, 0) == torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator().manual_seed(11)
+    N, D, K = 65536 + 3, 64, 1000
+    x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()
+    assert_equal(run("folded_norms", x, c), reference.assign(x, c), "folded_norms N=65539")
+
+
+@gpu
+@needs_hopper
 def test_auto_past_d256_with_many_centroids_finishes_and_is_exact():
     """auto at D = 512, K = 4096 once picked the wide ping-pong kernel, whose ring cannot hold a tile there."""
     gen = torch.Generator().manual_seed(512)

@@ -393,6 +393,7 @@ def test_kmeans_caches_are_keyed_by_device_and_launch_there(devices, fake_graphs
     monkeypatch.setattr(hopper.cute, "compile", lambda *a, **k: compiled_on.append(torch.cuda.current_device())
                         or FakeCompiled(devices=launched_on))
     monkeypatch.setattr(launch, "stream_handle", lambda device: streams_of.append(device) or 100 + device)
+    monkeypatch.setattr(launch, "sm_count", lambda device: 132)
     hopper._launches.cache_clear()
     Tensor = FakeCudaTensor
     try:

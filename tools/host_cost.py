@@ -132,6 +132,7 @@ def kmeans_launch_paths(write: bool = True) -> None:
         variant = hopper.auto_variant(N, D, K)
         dtype = sets[0][0].dtype
         compiled = hopper._launches(variant, D, dtype, 0, False).compiled
+        ctas = hopper.resident_ctas(variant, D, 0)
         stream = launch.stream_handle(0)
         fns = {}
         for name, (kw, outs) in paths.items():
@@ -140,7 +141,7 @@ def kmeans_launch_paths(write: bool = True) -> None:
 
             def fn(x, c, c_sq, cache=cache, ring=ring):
                 out = next(ring)
-                addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K)
+                addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K, ctas)
                 cache(addrs, lambda s: hopper._args(dtype, *addrs, hopper.cuda.CUstream(s)), stream)
                 return out
             fns[f"launch/{name}"] = fn

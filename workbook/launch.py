@@ -411,6 +411,12 @@ def stream_handle(device: torch.device | int) -> int:
     return torch.cuda.current_stream(index).cuda_stream
 
 
+@functools.lru_cache(maxsize=None)
+def sm_count(device: int) -> int:
+    """The SMs of CUDA device `device` (an index): what a persistent grid sizes itself by."""
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
 def first_calls(fns: dict, make_inputs: Callable[[int], Sequence], calls: int = 20, warmup: int = 10) -> dict:
     """What a call costs on inputs it has never seen (training-style code: new tensors at every step) and on
     inputs it has (a benchmark's steady state), by the per-call synchronised timing (`workbook.timing.bench`).
