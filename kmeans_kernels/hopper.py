@@ -82,6 +82,7 @@ BLOCK_N = 128          # centroids per tile: the WGMMA N ...
 WIDE_BLOCK_N = 256     # ... and in the "wide" variant
 BLOCK_D = 64           # D per ring slot: one 128-byte swizzle atom of 16-bit elements
 MAX_STAGES = 8
+MAX_CTAS = 2**31 - 1   # a grid cap that never binds: a CTA per point tile
 ARCH = "sm_90a"
 SM_SMEM_BYTES = gpus.H200.smem_per_sm_bytes                    # shared memory of one sm_90 SM (228 KiB) ...
 CTA_SMEM_RESERVED = gpus.H200.smem_reserved_per_block_bytes    # ... of which CUDA keeps 1 KiB per resident CTA
@@ -284,7 +285,7 @@ class HopperAssign:
             sc: cute.struct.Align[cute.struct.MemRange[dtype, cute.cosize(c_smem)], 1024]
 
         self.shared_storage = SharedStorage
-        # at most `ctas` CTAs, each taking every ctas-th point tile (`resident_ctas`: one wave, set up once)
+        # at most `ctas` CTAs, each taking every ctas-th point tile (`grid_cap`)
         grid = (cutlass.min(cute.ceil_div(x.shape[0], BLOCK_M), ctas), 1, 1)
         self.kernel(tma_x, tma_x_tensor, tma_c, tma_c_tensor, c_sq, out, tiled_mma, x_smem, c_smem).launch(
             grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
@@ -554,11 +555,15 @@ def _placeholder_args(dtype: torch.dtype):
     return _args(dtype, 0, 0, 0, 0, 0, 0, 0, make_fake_stream())
 
 
-def resident_ctas(variant: str, D: int, device: int) -> int:
-    """The CTAs of `variant` at D that one wave on `device` holds (`ctas_per_sm` on each SM): the grid's cap,
-    so that each CTA sets up once and walks its point tiles, the next one's load under the last one's fold."""
+def grid_cap(variant: str, D: int, device: int) -> int:
+    """The most CTAs `variant` launches at D on `device`. Where one CTA holds an SM, one wave of them, each walking
+    every grid-th point tile: set up once, the next tile's points prefetched into L2 and loaded under the last
+    tile's fold, which nothing else on the SM would hide (wide at D = 256: 1-3 % faster on the H200). Where two
+    CTAs share an SM they hide each other's start and end, and a CTA per point tile (MAX_CTAS) lets the block
+    scheduler even out their progress (one wave measured 1-4 % slower at D = 64 and 128; notes/perf-log.md)."""
     spec = VARIANT_SPECS[variant]
-    return ctas_per_sm(D, spec.block_n, spec.staged_norms) * launch.sm_count(device)
+    ctas = ctas_per_sm(D, spec.block_n, spec.staged_norms)
+    return launch.sm_count(device) if ctas == 1 else MAX_CTAS
 
 
 def compile(variant: str, N: int, D: int, K: int, dump_dir=None, dtype: torch.dtype = torch.bfloat16):
@@ -590,10 +595,9 @@ def launcher(variant: str, N: int, D: int, K: int, dtype: torch.dtype, device: i
              ctas: int | None = None):
     """`run` for one signature (sizes, dtype, device): a function of (x, c, c_sq, out) that launches, the
     compiled kernel and its launch cache looked up once (compiled here on first use); `pdl`: the build launched
-    as a programmatic dependent (`HopperAssign`); `ctas`: the most CTAs to launch, `resident_ctas` if None (a
-    CTA per point tile at MAX_ROWS)."""
+    as a programmatic dependent (`HopperAssign`); `ctas`: the most CTAs to launch, `grid_cap` if None."""
     launches = _launches(variant, D, dtype, device, pdl)
-    ctas = resident_ctas(variant, D, device) if ctas is None else ctas
+    ctas = grid_cap(variant, D, device) if ctas is None else ctas
 
     def launch_on(x: torch.Tensor, c: torch.Tensor, c_sq: torch.Tensor, out: torch.Tensor) -> None:
         addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), N, K, ctas)

@@ -198,7 +198,7 @@ def test_each_cta_walks_several_point_tiles(variant, ctas):
     N, K = 7 * hopper.BLOCK_M + 45, 3 * hopper.WIDE_BLOCK_N + 37
     gen = torch.Generator().manual_seed(ctas * 101 + D)
     x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()
-    c[[300, 700]] = c[5]            # one centroid in three tiles: the lowest index wins in every point tile
+    c[[300, 700]] = c[5].clone()    # one centroid in three tiles: the lowest index wins in every point tile
     x[N - 200] = float("nan")       # a row of a middle point tile with no winner
     c_sq = reference.centroid_norms(c)
     out = torch.full((N,), POISON, dtype=torch.int32, device="cuda")
@@ -210,14 +210,15 @@ def test_each_cta_walks_several_point_tiles(variant, ctas):
 
 @gpu
 @needs_hopper
-def test_the_grid_is_one_wave_of_resident_ctas():
-    """Past one wave of point tiles the default grid holds resident_ctas CTAs: 65536 rows are 512 point tiles."""
-    assert hopper.resident_ctas("folded_norms", 64, 0) == 2 * torch.cuda.get_device_properties(0).multi_processor_count
-    assert hopper.resident_ctas("wide", 256, 0) == torch.cuda.get_device_properties(0).multi_processor_count
+def test_one_wave_where_one_cta_holds_an_sm():
+    """wide at D = 256 runs one CTA per SM: its grid is one wave (`grid_cap`), and past it, at 2 x 132 + 3 point
+    tiles, some CTAs walk three; folded_norms (two CTAs per SM) keeps a CTA per point tile."""
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    assert hopper.grid_cap("wide", 256, 0) == sms and hopper.grid_cap("folded_norms", 64, 0) == hopper.MAX_CTAS
     gen = torch.Generator().manual_seed(11)
-    N, D, K = 65536 + 3, 64, 1000
+    N, D, K = (2 * sms + 3) * hopper.BLOCK_M - 5, 256, 1000
     x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()
-    assert_equal(run("folded_norms", x, c), reference.assign(x, c), "folded_norms N=65539")
+    assert_equal(run("wide", x, c), reference.assign(x, c), f"wide N={N}")
 
 
 @gpu

@@ -132,7 +132,7 @@ def kmeans_launch_paths(write: bool = True) -> None:
         variant = hopper.auto_variant(N, D, K)
         dtype = sets[0][0].dtype
         compiled = hopper._launches(variant, D, dtype, 0, False).compiled
-        ctas = hopper.resident_ctas(variant, D, 0)
+        ctas = hopper.grid_cap(variant, D, 0)
         stream = launch.stream_handle(0)
         fns = {}
         for name, (kw, outs) in paths.items():
