@@ -54,10 +54,10 @@ Variants (the tutorial's steps):
                     Exact inputs stay exact (the sum of ``-h`` and exact products is exact); only where finite
                     products overflow fp32 in their sum can the sum that starts at ``-h`` stay finite where the
                     reference's dot is +inf. Each slot holds 512 more bytes: one slot fewer at D = 64 and 128.
-                    What ``auto`` runs at D <= 128 where it does not run ``lazy_index``.
+                    What ``auto`` runs at D <= 128 with K < 4096.
 ``lazy_index``      ``folded_norms`` with :func:`kmeans_kernels.reduce.scan_lazy`: one FMNMX per score for a tile's
                     maxima, and the index searched only where the tile beats a row's winner. What ``auto`` runs at
-                    D <= 64 with K >= 4096, where the fold sets the pace and most tiles skip the search.
+                    D <= 128 with K >= 4096, where most tiles skip the search.
 """
 from __future__ import annotations
 
@@ -70,8 +70,6 @@ import cutlass.cute as cute
 import cutlass.memory
 import cutlass.tensor_utils
 import cutlass.pipeline as pipeline
-from cutlass._mlir.dialects import llvm
-from cutlass.cutlass_dsl import T, dsl_user_op
 import cutlass.utils.hopper_helpers as sm90_utils
 import torch
 
@@ -89,7 +87,7 @@ ARCH = "sm_90a"
 SM_SMEM_BYTES = gpus.H200.smem_per_sm_bytes                    # shared memory of one sm_90 SM (228 KiB) ...
 CTA_SMEM_RESERVED = gpus.H200.smem_reserved_per_block_bytes    # ... of which CUDA keeps 1 KiB per resident CTA
 BLOCK_SMEM_MAX = gpus.H200.smem_per_block_bytes                # the most one CTA may opt in to (227 KiB)
-LAZY_D_MAX, LAZY_K_MIN = 64, 4096   # auto runs lazy_index here: the fold, not the MMA, sets the pace
+LAZY_D_MAX, LAZY_K_MIN = 128, 4096  # auto runs lazy_index here: most tiles skip the index search
 MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring this deep
 CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
 PRODUCER_WARP = 8      # warp 8 issues every TMA
@@ -108,7 +106,6 @@ class VariantSpec:
     norms: str = "load"
     block_n: int = BLOCK_N
     ping_pong: bool = False
-    halves: bool = False
 
     @property
     def staged_norms(self) -> bool:
@@ -118,7 +115,7 @@ class VariantSpec:
 
 # In tutorial order, from the one vocabulary (`kmeans_kernels.variants.RECIPES`): norms loaded by each thread,
 # broadcast by shuffles, or staged beside the ring slots and started in the accumulator.
-VARIANT_SPECS = {name: VariantSpec(r.scan, norms=r.norms, block_n=r.tile_n, ping_pong=r.ping_pong, halves=r.halves)
+VARIANT_SPECS = {name: VariantSpec(r.scan, norms=r.norms, block_n=r.tile_n, ping_pong=r.ping_pong)
                  for name, r in variants.RECIPES[ARCH].items()}
 VARIANTS = tuple(VARIANT_SPECS)
 
@@ -129,7 +126,7 @@ def auto_variant(N: int, D: int, K: int) -> str:
     (K >= 4096: 16 or more), where re-reading the point tile once per 256 centroids instead of 128 pays more
     than the second CTA's overlap; else 128-wide tiles, two CTAs per SM, with the pairs scan: lean_ping_pong
     (its warpgroups taking turns at the tensor cores) with the half norms in the accumulator (folded_norms) at
-    D <= 128, lean_select above.
+    D <= 128, its lazy scan (lazy_index) there with K >= 4096, lean_select above.
 
     At K = 512 (two tiles) the ping-pong has nothing to overlap: wide was 3-12 % slower there in both full runs
     that timed it, and 4-10 % faster at 65536 x 256 x 4096 (data/measured/h200/kmeans_floor.csv). lean_select
@@ -140,8 +137,9 @@ def auto_variant(N: int, D: int, K: int) -> str:
     at 65536 x 128 x 512), level at 65536 x 64 x 512; against wide at D = 256 level or 2 % slower (not used there).
     lazy_index against folded_norms (data/measured/nvidia_h100_80gb_hbm3/kmeans_lazy_rows.csv, an H100, the
     build then named lazy_rows): 14 % faster at 65536 x 64 x 16384 and 4 % at 65536 x 64 x 4096, where the fold
-    sets the pace and most tiles skip the index search; 2 % slower at 65536 x 64 x 2048, level to 1 % faster at
-    K = 16384 with D = 96 and 128, 4-5 % slower at D = 128 with K = 4096."""
+    sets the pace and most tiles skip the index search; 2 % slower at 65536 x 64 x 2048. The build whose CTAs walk
+    point tiles (kmeans_lazy_index.csv, an H100, 263b938): 7.5 % faster at K = 16384 with D = 96 and 128, 1-2 % at
+    D = 128 with K = 4096 (where the build before was 4-5 % slower), 4.5-9.5 % slower at 65536 x 128 x 512."""
     if D >= 256 and K >= 4096 and ping_pong_fits(D):
         return "wide"
     if D <= LAZY_D_MAX and K >= LAZY_K_MIN:
@@ -211,10 +209,8 @@ def check_shape(D: int, dtype: torch.dtype = torch.bfloat16) -> None:
 
 def takes(variant: str, D: int) -> bool:
     """Whether `variant` (a name of VARIANTS) runs at D: a ping-pong variant only where its ring holds a whole
-    tile's D blocks (`ping_pong_fits`), a halves variant where it holds two tiles' (D <= 128)."""
+    tile's D blocks (`ping_pong_fits`)."""
     spec = VARIANT_SPECS[variant]
-    if spec.halves:
-        return stages_for(D, spec.block_n, spec.staged_norms) >= 2 * (_d_padded(D) // BLOCK_D)
     return not spec.ping_pong or ping_pong_fits(D, spec.block_n, spec.staged_norms)
 
 
@@ -223,8 +219,7 @@ def check_variant(variant: str, D: int | None = None) -> None:
     variants.recipe(ARCH, variant)
     if D is not None and not takes(variant, D):
         spec = VARIANT_SPECS[variant]
-        tiles = "two" if spec.halves else "a whole"
-        raise ValueError(f"variant {variant!r} cannot take D={D}: its ring must hold {tiles} {spec.block_n}-wide "
+        raise ValueError(f"variant {variant!r} cannot take D={D}: its ring must hold a whole {spec.block_n}-wide "
                          f"tile's {_d_padded(D) // BLOCK_D} D blocks and has "
                          f"{stages_for(D, spec.block_n, spec.staged_norms)} slots there; use 'lean_select'")
 
@@ -248,9 +243,6 @@ class HopperAssign:
         self.norms_in_acc = spec.staged_norms
         self.block_n = spec.block_n
         self.ping_pong = spec.ping_pong
-        self.halves = spec.halves
-        # the WGMMA N: a whole tile, or half of one in each of two accumulators
-        self.mma_n = self.block_n // 2 if spec.halves else self.block_n
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
         self.stages = stages_for(D, self.block_n, spec.staged_norms)
@@ -273,7 +265,7 @@ class HopperAssign:
         major = cute.nvgpu.OperandMajorMode.K      # x and c are D-contiguous: "K-major"
         # two warpgroups stacked along M, each issuing 64 x block_n x 16 WGMMAs
         tiled_mma = sm90_utils.make_trivial_tiled_mma(dtype, dtype, major, major, cutlass.Float32,
-                                                      (2, 1, 1), tiler_mn=(64, self.mma_n))
+                                                      (2, 1, 1), tiler_mn=(64, self.block_n))
         row_major = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         x_smem = sm90_utils.make_smem_layout_a(row_major, (BLOCK_M, self.block_n, d_pad), dtype, 1)
         c_smem = sm90_utils.make_smem_layout_b(row_major, (BLOCK_M, self.block_n, BLOCK_D), dtype, self.stages)
@@ -385,23 +377,18 @@ class HopperAssign:
             lane = tidx % 32
             thr_mma = tiled_mma.get_slice(tidx)
             frag_x = tiled_mma.make_fragment_A(thr_mma.partition_A(sx))   # (MMA, 1, d_pad/16, 1)
-            frag_c = tiled_mma.make_fragment_B(thr_mma.partition_B(sc))   # (MMA, block_n / mma_n, 4, stages)
-            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.mma_n)))
+            frag_c = tiled_mma.make_fragment_B(thr_mma.partition_B(sc))   # (MMA, 1, 4, stages)
+            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.block_n)))
             best_score, best_index = reduce.new_winners(self.chains, 2)
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             ctx = _ConsumerState(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
                                  lane=lane, best_score=best_score, best_index=best_index, sn=sn)
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
-            acc_b = cute.make_rmem_tensor(coords.shape, cutlass.Float32) if cutlass.const_expr(self.halves) else acc
             # The ring positions and the MMA atom (its ACCUMULATE flag is state) are rebound at every step,
             # so that the DSL carries them through the loop.
             mma = tiled_mma
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            # halves: the second half's walk over the slots the first half waited for
-            read_b = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
-            if cutlass.const_expr(self.halves):
-                mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)   # always onto the staged norms
             consumer_wg = tidx // 128
             # the warpgroups' turns run on across point tiles: `turn` counts this CTA's centroid tiles
             turns = my_point_tiles * num_tiles
@@ -410,53 +397,32 @@ class HopperAssign:
                 if i > 0:
                     reduce.reset_winners(best_score, best_index)
                 x_pipe.consumer_wait(x_state)
-                if cutlass.const_expr(self.halves):
-                    # Each tile in two halves A and B, one accumulator each: the fold of one half runs while the
-                    # other half's WGMMAs do. Nothing is in flight across the loop's back edge (ptxas serializes
-                    # every WGMMA where an accumulator still in flight there is read): B(t) is folded in the
-                    # next step, under A(t + 1).
-                    read, read_b = self._issue_both(ctx, mma, acc, acc_b, read, read_b)
-                    self._fold_half(ctx, acc, 0, 1)
-                    cute.nvgpu.warpgroup.wait_group(0)
-                    release = self._release_tile(ctx, release)
-                    for tile in cutlass.range(1, num_tiles, unroll=1):
-                        read = self._issue_half(ctx, mma, acc, read, 0, True)
-                        self._fold_half(ctx, acc_b, (tile - 1) * self.block_n + self.mma_n, None)
-                        read_b = self._issue_half(ctx, mma, acc_b, read_b, 1, False)
-                        self._fold_half(ctx, acc, tile * self.block_n, 1)
-                        cute.nvgpu.warpgroup.wait_group(0)
-                        release = self._release_tile(ctx, release)
-                    x_pipe.consumer_release(x_state)                   # the point tile's last WGMMAs are done
-                    self._fold_half(ctx, acc_b, (num_tiles - 1) * self.block_n + self.mma_n, None)
-                else:
-                    for tile in cutlass.range(num_tiles, unroll=1):
-                        turn = i * num_tiles + tile
-                        if cutlass.const_expr(self.norms_in_acc):
-                            # the accumulator starts at -0.5 * c_sq (before my turn: it only needs the tile's
-                            # first slot)
-                            ring.consumer_wait(read)
-                            self._norms_into_acc(ctx, acc, read.index, 0)
-                        if cutlass.const_expr(self.ping_pong):
-                            # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
-                            if consumer_wg + turn > 0:
-                                cute.arch.barrier(barrier_id=TURN_BARRIER + consumer_wg, number_of_threads=256)
-                        mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
-                        if cutlass.const_expr(self.ping_pong):
-                            # the other warpgroup's turn (its MMAs queue behind mine) - except after the last
-                            # tile of warpgroup 1, which nobody waits for
-                            if turn + consumer_wg < turns:
-                                cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - consumer_wg,
-                                                         number_of_threads=256)
-                            # slot by slot, oldest first: the producer refills a slot once both are done with it
-                            for _ in cutlass.range_constexpr(held):
-                                release, held = self._retire(ctx, release, held, 1)
-                        else:
-                            # every slot back to the producer before the argmin, so it refills them while we fold
-                            release, held = self._retire(ctx, release, held, held)
-                        if tile == num_tiles - 1:
-                            # my last WGMMAs on this point tile are done: its buffer may take the next one
-                            x_pipe.consumer_release(x_state)
-                        self._argmin(ctx, acc, tile * self.block_n)
+                for tile in cutlass.range(num_tiles, unroll=1):
+                    turn = i * num_tiles + tile
+                    if cutlass.const_expr(self.norms_in_acc):
+                        # the accumulator starts at -0.5 * c_sq (before my turn: it only needs the tile's first slot)
+                        ring.consumer_wait(read)
+                        self._norms_into_acc(ctx, acc, read.index)
+                    if cutlass.const_expr(self.ping_pong):
+                        # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
+                        if consumer_wg + turn > 0:
+                            cute.arch.barrier(barrier_id=TURN_BARRIER + consumer_wg, number_of_threads=256)
+                    mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
+                    if cutlass.const_expr(self.ping_pong):
+                        # the other warpgroup's turn (its MMAs queue behind mine) - except after the last tile
+                        # of warpgroup 1, which nobody waits for
+                        if turn + consumer_wg < turns:
+                            cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - consumer_wg, number_of_threads=256)
+                        # slot by slot, oldest first: the producer refills a slot as soon as both are done with it
+                        for _ in cutlass.range_constexpr(held):
+                            release, held = self._retire(ctx, release, held, 1)
+                    else:
+                        # every slot back to the producer before the argmin, so it refills them while we fold
+                        release, held = self._retire(ctx, release, held, held)
+                    if tile == num_tiles - 1:
+                        # my last WGMMAs on this point tile are done: its buffer may take the next one
+                        x_pipe.consumer_release(x_state)
+                    self._argmin(ctx, acc, tile)
                 x_state.advance()
 
                 reduce.merge_chains(best_score, best_index)
@@ -492,65 +458,6 @@ class HopperAssign:
             held += 1
         return mma, read, release, held
 
-    def _issue_half(self, k, mma, acc, read, half: int, wait: bool):
-        """Halves: the norms of `half` (0 or 1) of the next tile into `acc`, then its WGMMAs (block_n / 2 columns)
-        as one commit group; `wait`: wait for the tile's slots first (the first half does, the second follows
-        it over the same slots). Returns the ring position after the tile."""
-        slots = []
-        for _ in range(self.d_blocks):
-            if wait:
-                k.ring.consumer_wait(read)
-            slots.append(read.index)
-            read.advance()
-        self._norms_into_acc(k, acc, slots[0], half)
-        _pin(acc)
-        cute.nvgpu.warpgroup.fence()
-        self._mma_half(k, mma, acc, slots, half)
-        return read
-
-    def _issue_both(self, k, mma, acc, acc_b, read, read_b):
-        """Halves, a point tile's first centroid tile: both halves' norms in place before the first WGMMA (an
-        accumulator written while another WGMMA runs would make ptxas wait for it), then both halves' WGMMAs."""
-        slots = []
-        for _ in range(self.d_blocks):
-            k.ring.consumer_wait(read)
-            slots.append(read.index)
-            read.advance()
-            read_b.advance()
-        self._norms_into_acc(k, acc, slots[0], 0)
-        self._norms_into_acc(k, acc_b, slots[0], 1)
-        _pin(acc)
-        _pin(acc_b)
-        cute.nvgpu.warpgroup.fence()
-        self._mma_half(k, mma, acc, slots, 0)
-        self._mma_half(k, mma, acc_b, slots, 1)
-        return read, read_b
-
-    def _mma_half(self, k, mma, acc, slots: list, half: int):
-        """The WGMMAs of one half of a tile (its columns half * block_n / 2 on), over its ring `slots`, as one
-        commit group."""
-        steps = BLOCK_D // 16
-        for db, slot in enumerate(slots):
-            for s in range(steps):
-                cute.gemm(mma, acc, k.frag_x[(None, None, db * steps + s, 0)],
-                          cute.append_ones(k.frag_c[(None, half, s, slot)], 2), acc)
-        cute.nvgpu.warpgroup.commit_group()
-
-    def _fold_half(self, k, acc, first, wait):
-        """Halves: `wait` (None: the half is done already) for all but the newest `wait` commit groups, then fold
-        the half's accumulator, centroids from `first` on."""
-        if wait is not None:
-            cute.nvgpu.warpgroup.wait_group(wait)
-        _pin(acc)
-        self._argmin(k, acc, first)
-
-    def _release_tile(self, k, release):
-        """Halves: a tile's slots back to the producer (both halves' WGMMAs on them are done)."""
-        for _ in range(self.d_blocks):
-            k.ring.consumer_release(release)
-            release.advance()
-        return release
-
     def _retire(self, k, release, held: int, count: int):
         """Wait until the oldest `count` in-flight groups are done and give their slots back to the producer."""
         cute.nvgpu.warpgroup.wait_group(held - count)
@@ -570,34 +477,33 @@ class HopperAssign:
             sn[slot_index * self.block_n + lane + 32 * t] = cutlass.Float32(
                 cutlass.select_(col < K, norm, float("-inf")))
 
-    def _norms_into_acc(self, k, acc, slot_index, half: int):
-        """The accumulator of both of this thread's rows := -0.5 * c_sq of its columns (of the tile's `half` where
-        the tile is in halves), from the slot's norms."""
-        dots = cute.make_tensor(acc.iterator, _row_col_layout(self.mma_n))
-        base = slot_index * self.block_n + half * self.mma_n
-        for j in range(self.mma_n // 4):
+    def _norms_into_acc(self, k, acc, slot_index):
+        """The accumulator of both of this thread's rows := -0.5 * c_sq of its columns, from the slot's norms."""
+        dots = cute.make_tensor(acc.iterator, _row_col_layout(self.block_n))
+        base = slot_index * self.block_n
+        for j in range(self.block_n // 4):
             norm = k.sn[base + k.coords[_flat_index(0, j)][1]]
             for r in range(2):
                 dots[r, j] = norm
 
-    def _argmin(self, k, acc, first):
-        """Fold the 64 x mma_n dot products in `acc`, centroids from `first` on, into the running winners of this
-        thread's rows."""
-        cols_per_row = self.mma_n // 4
-        dots = cute.make_tensor(acc.iterator, _row_col_layout(self.mma_n))
+    def _argmin(self, k, acc, tile):
+        """Fold the 64 x block_n dot products of one tile into the running winners of this thread's rows."""
+        cols_per_row = self.block_n // 4
+        dots = cute.make_tensor(acc.iterator, _row_col_layout(self.block_n))
+        first = tile * self.block_n
         if cutlass.const_expr(self.norms_in_acc):
             # acc = dot - half norm: the scan minimises its negation, the score itself
             if cutlass.const_expr(self.scan == "lazy"):
-                reduce.scan_lazy(dots, _col_offsets(self.mma_n), first + k.coords[_flat_index(0, 0)][1],
+                reduce.scan_lazy(dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
                                  k.best_score, k.best_index)
                 return
-            reduce.scan_pairs(dots, dots, _col_offsets(self.mma_n), first + k.coords[_flat_index(0, 0)][1],
+            reduce.scan_pairs(dots, dots, _col_offsets(self.block_n), first + k.coords[_flat_index(0, 0)][1],
                               k.best_score, k.best_index, folded=True)
             return
         cols = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Int32)
         half_norms = cute.make_rmem_tensor(cute.make_layout(cols_per_row), cutlass.Float32)
         if self.broadcast_norms:
-            staged = reduce.stage_half_norms(k.c_sq, first, k.K, k.lane, self.mma_n // 32)
+            staged = reduce.stage_half_norms(k.c_sq, first, k.K, k.lane, self.block_n // 32)
             for j in range(cols_per_row):
                 col = k.coords[_flat_index(0, j)][1]
                 cols[j] = first + col
@@ -613,26 +519,9 @@ class HopperAssign:
             reduce.scan_serial(dots, half_norms, cols, k.best_score, k.best_index)
         elif self.scan == "pairs":
             # the same columns as base + compile-time offsets: cols[j] - cols[0] is fixed by the layout
-            reduce.scan_pairs(dots, half_norms, _col_offsets(self.mma_n), cols[0], k.best_score, k.best_index)
+            reduce.scan_pairs(dots, half_norms, _col_offsets(self.block_n), cols[0], k.best_score, k.best_index)
         else:
             reduce.scan_ilp2(dots, half_norms, cols, k.best_score, k.best_index)
-
-
-@dsl_user_op
-def _pinned(value, *, loc=None, ip=None):
-    """`value` through an empty asm statement the compiler may neither move nor see through."""
-    return cutlass.Float32(llvm.inline_asm(T.f32(), [cutlass.Float32(value).ir_value(loc=loc, ip=ip)], "", "=f,0",
-                                           has_side_effects=True, is_align_stack=False,
-                                           asm_dialect=llvm.AsmDialect.AD_ATT, loc=loc, ip=ip))
-
-
-def _pin(acc):
-    """Every register of an accumulator pinned at this point (CUTLASS's warpgroup_fence_operand): its writes stay
-    before the WGMMA fence that follows, its reads after the wait that precedes. Without it the compiler moves
-    the norms' copies past the fence, and ptxas, seeing an accumulator touched inside the WGMMA pipeline,
-    serializes every WGMMA."""
-    for i in range(cute.size(acc)):
-        acc[i] = _pinned(acc[i])
 
 
 class _ConsumerState:

@@ -36,9 +36,6 @@ class Recipe:
     consumers load it into the accumulator before the tile's MMAs, which then add the dot products onto it: the
     fold reads finished scores, negated).
     tile_n: centroids per tile. ping_pong: the two consumer warpgroups take turns at the tensor cores.
-    halves: each warpgroup holds a tile in two accumulators of tile_n / 2 columns and folds one half while the
-    other half's MMAs run, then issues that half's MMAs for the next tile (no turns: each warpgroup keeps the
-    tensor cores busy on its own; the ring must hold two tiles).
     warp_specialized: separate load, MMA and epilogue warps (False: one warp issues loads and MMAs between
     its epilogue steps).
     """
@@ -47,16 +44,12 @@ class Recipe:
     tile_n: int = 128
     ping_pong: bool = False
     warp_specialized: bool = True
-    halves: bool = False
 
     def __post_init__(self):
         if self.scan not in SCANS or self.norms not in NORMS:
             raise ValueError(f"scan must be one of {SCANS} and norms one of {NORMS}; got {self.scan!r}, {self.norms!r}")
         if self.scan == "lazy" and self.norms != "accumulator":
             raise ValueError("the lazy scan reads finished scores: it needs the norms in the accumulator")
-        if self.halves and (self.ping_pong or self.norms != "accumulator"):
-            raise ValueError("halves overlap a warpgroup's own MMAs and fold, with the norms in the accumulator: "
-                             "no turns")
 
 
 RECIPES = {
@@ -76,11 +69,8 @@ RECIPES = {
         "lean_ping_pong": Recipe("pairs", "shuffle", ping_pong=True),
         # lean_ping_pong with the half norms in the accumulator: no subtraction, shuffle or norm staging per score
         "folded_norms": Recipe("pairs", "accumulator", ping_pong=True),
-        # folded_norms with the index searched only where a tile beats a row's winner; `auto` at D <= 64, K >= 4096
+        # folded_norms with the index searched only where a tile beats a row's winner; `auto` at D <= 128, K >= 4096
         "lazy_index": Recipe("lazy", "accumulator", ping_pong=True),
-        # folded_norms / lazy_index with each warpgroup's tile in two halves, one folding while the other's MMAs run
-        "halves": Recipe("pairs", "accumulator", halves=True),
-        "lazy_halves": Recipe("lazy", "accumulator", halves=True),
     },
     "sm_100a": {   # the steps of flashlib PR #22, each one change from the warp-specialised "serial"
         "serial": Recipe("serial", "smem"),

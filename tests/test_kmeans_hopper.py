@@ -122,8 +122,8 @@ def test_auto_variant_is_a_variant():
         assert hopper.auto_variant(*shape) in VARIANTS
     assert hopper.auto_variant(1 << 20, 256, 4096) == hopper.auto_variant(65536, 256, 4096) == "wide"
     assert hopper.auto_variant(65536, 256, 512) == hopper.auto_variant(1 << 20, 192, 4096) == "lean_select"
-    assert hopper.auto_variant(1 << 20, 128, 4096) == hopper.auto_variant(65536, 64, 512) == "folded_norms"
-    assert hopper.auto_variant(65536, 64, 4096) == hopper.auto_variant(65536, 16, 16384) == "lazy_index"
+    assert hopper.auto_variant(65536, 128, 512) == hopper.auto_variant(65536, 64, 2048) == "folded_norms"
+    assert hopper.auto_variant(1 << 20, 128, 4096) == hopper.auto_variant(65536, 16, 16384) == "lazy_index"
 
 
 @pytest.mark.parametrize("D", [320, 384, 512])
@@ -145,16 +145,6 @@ def test_lean_ping_pong_is_refused_where_two_ctas_leave_its_ring_short():
     with pytest.raises(ValueError, match="cannot take D=256.*4 D blocks and has 3 slots"):
         hopper.check_variant("lean_ping_pong", 256)
     hopper.check_variant("lean_ping_pong", 192)
-
-
-def test_halves_take_d_where_the_ring_holds_two_tiles():
-    """A halves variant holds the slots of the tile it folds while it waits for the next tile's: two CTAs per SM
-    leave room for that up to D = 128; one CTA per SM (D from 208 to 256) leaves room again."""
-    for variant in ("halves", "lazy_halves"):
-        assert [D for D in range(16, 513, 16) if takes(variant, D)] == [16, 32, 48, 64, 80, 96, 112, 128,
-                                                                         208, 224, 240, 256]
-    with pytest.raises(ValueError, match="cannot take D=192: its ring must hold two 128-wide tile's 3 D blocks"):
-        hopper.check_variant("halves", 192)
 
 
 # ------------------------------------------------------------------ GPU: answers
@@ -189,8 +179,7 @@ ODD_D = [(300, 16, 129), (300, 80, 200), (300, 512, 300), (1000, 192, 1000)]
 @pytest.mark.parametrize("variant,N,D,K", [(v, *s) for s in SHAPES for v in VARIANTS if takes(v, s[1])]
                          + [("serial", *s) for s in ODD_D]
                          # the turns with a ring of exactly one tile's D blocks: folded_norms at D = 192 (3 slots)
-                         + [(v, *s) for v in ("lean_ping_pong", "folded_norms", "halves", "lazy_halves")
-                            for s in ODD_D if takes(v, s[1])])
+                         + [(v, *s) for v in ("lean_ping_pong", "folded_norms") for s in ODD_D if takes(v, s[1])])
 def test_exact_on_small_integers(variant, N, D, K):
     gen = torch.Generator().manual_seed(N * 7919 + D * 31 + K)
     x, c = small_integers(N, D, gen).cuda(), small_integers(K, D, gen).cuda()

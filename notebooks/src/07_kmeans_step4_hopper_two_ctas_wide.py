@@ -333,7 +333,16 @@ else:
 # four independent ones, and while the other warpgroup's longer MMA hides instructions, a chain's latency is what
 # delays the next turn. Taking both rows' maxima together and searching in four chains, the same instruction count,
 # bought 3-4 % back at D = 96 and 128 and made D = 64 faster still: 0.96x at K = 4096, 0.86x at 16384
-# (`kmeans_lazy_rows.csv`). D = 128 at K = 4096 stays 4 % slower; `auto` runs it at D <= 64 with K >= 4096.
+# (`kmeans_lazy_rows.csv`). On the later build whose CTAs walk their point tiles in a loop, D = 96 and 128 gained
+# too (0.93x at K = 16384, 0.98-0.99x at K = 4096; still 1.09x at K = 512, `kmeans_lazy_index.csv`): `auto` runs it at
+# D <= 128 with K >= 4096.
+#
+# What did *not* pay: splitting each warpgroup's tile into two 64-wide accumulators, so that one half is folded while
+# the other half's MMAs run (`probes/kmeans_halves_263b938.csv`, an H100, the variants kept only in the history). The
+# barrier stalls of the turns went (ncu), but the tensor pipe was no busier (46 % against 44 % at 65536 x 64 x 16384,
+# 60 % against 62 % at 65536 x 128 x 4096), and the time went up 3-9 % at D = 128 and 17-30 % at D = 256. One cost we
+# can name: a 64-wide WGMMA reads the point tile once per 64 centroids instead of 128; the profile does not say
+# whether that is what sets the pace.
 #
 # **Exercise 2 (predict).** Each ring slot of `folded_norms` also holds its tile's 128 fp32 norms. How many slots
 # does it get at D = 64, where `lean_ping_pong` gets 6? Check with `exercises.folded_slots(n)`.
