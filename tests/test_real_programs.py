@@ -105,13 +105,14 @@ def test_fresh_tensors_at_every_call_are_launched_directly():
     repeated = norms._launches(64, c.dtype, kmeans_kernels.arch_of(0), 0)
     caches = [o for o in __import__("gc").get_objects() if isinstance(o, launch.LaunchCache) and o is not repeated]
     graphs_before = sum(cache.graph_count for cache in caches)
+    repeated_before = repeated.graph_count      # other tests in this process may have filled it
     for _ in range(10):
         x = small_integers((500, 64), gen)
         keep.append((x, kmeans_kernels.assign(x, c)))           # held: every address new
     torch.cuda.synchronize()
     assert all(torch.equal(ids, reference.assign(x, c)) for x, ids in keep)
     assert sum(cache.graph_count for cache in caches) == graphs_before
-    assert repeated.graph_count <= 1                            # c repeats: at most one re-aimable capture
+    assert repeated.graph_count - repeated_before <= 1          # c repeats: at most one re-aimable capture
 
 
 @needs_gpu
