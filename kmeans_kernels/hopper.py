@@ -11,6 +11,10 @@ One CTA owns ``BLOCK_M = 128`` points and streams every centroid past them:
   running (score, index) winner per row with one of the strategies of :mod:`kmeans_kernels.reduce`.
   Nothing of size N x K is ever written: the kernel stores 4 bytes per point.
 
+A CTA takes one point tile, or, where the grid is capped (`grid_cap`: one wave where one CTA holds an SM), every
+grid-th one in turn: the consumers release the point buffer after their last WGMMAs on a tile, and the producer
+loads the next tile into it (prefetched into L2 a tile earlier) while they fold.
+
 **Two CTAs per SM.** The argmin of a tile and the WGMMAs of the next overlap *across* CTAs: the kernel is
 small enough (288 threads, at most 112 registers, about 112 KiB of shared memory up to D = 256) that two
 CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. Two accumulators per

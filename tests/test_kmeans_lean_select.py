@@ -141,7 +141,7 @@ def test_auto_runs_the_pairs_scan_wherever_it_runs_neither_wide_nor_the_lazy_sca
     assert variants.recipe("sm_90a", "folded_norms") == variants.Recipe("pairs", "accumulator", ping_pong=True)
     for N, D, K in itertools.product((1, 4096, 65536, 1 << 20), (16, 64, 128, 192, 256, 512), (1, 512, 4096, 16384)):
         wide = D >= 256 and K >= 4096 and hopper.ping_pong_fits(D)
-        lazy = D <= 64 and K >= 4096
+        lazy = D <= 128 and K >= 4096
         want = "wide" if wide else "lazy_index" if lazy else "folded_norms" if D <= 128 else VARIANT
         assert hopper.auto_variant(N, D, K) == want, (N, D, K)
 
