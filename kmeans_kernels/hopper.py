@@ -394,28 +394,27 @@ class HopperAssign:
             read = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             release = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, self.stages)
             consumer_wg = tidx // 128
-            # the warpgroups' turns run on across point tiles: `turn` counts this CTA's centroid tiles
-            turns = my_point_tiles * num_tiles
+            # the warpgroups' turns run on across point tiles (no count of them: tiles x centroid tiles can pass 2^31)
+            last_point_tile = my_point_tiles - 1
             for i in cutlass.range(my_point_tiles, unroll=1):
                 point_tile = block + i * grid_size
                 if i > 0:
                     reduce.reset_winners(best_score, best_index)
                 x_pipe.consumer_wait(x_state)
                 for tile in cutlass.range(num_tiles, unroll=1):
-                    turn = i * num_tiles + tile
                     if cutlass.const_expr(self.norms_in_acc):
                         # the accumulator starts at -0.5 * c_sq (before my turn: it only needs the tile's first slot)
                         ring.consumer_wait(read)
                         self._norms_into_acc(ctx, acc, read.index)
                     if cutlass.const_expr(self.ping_pong):
                         # my turn at the tensor cores: warpgroup 0 opens, then they alternate tile by tile
-                        if consumer_wg + turn > 0:
+                        if consumer_wg + i + tile > 0:
                             cute.arch.barrier(barrier_id=TURN_BARRIER + consumer_wg, number_of_threads=256)
                     mma, read, release, held = self._issue(ctx, mma, acc, read, release, 0)
                     if cutlass.const_expr(self.ping_pong):
                         # the other warpgroup's turn (its MMAs queue behind mine) - except after the last tile
                         # of warpgroup 1, which nobody waits for
-                        if turn + consumer_wg < turns:
+                        if consumer_wg == 0 or i < last_point_tile or tile < num_tiles - 1:
                             cute.arch.barrier_arrive(barrier_id=TURN_BARRIER + 1 - consumer_wg, number_of_threads=256)
                         # slot by slot, oldest first: the producer refills a slot as soon as both are done with it
                         for _ in cutlass.range_constexpr(held):
