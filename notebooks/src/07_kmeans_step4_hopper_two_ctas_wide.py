@@ -145,7 +145,11 @@ else:
 #
 # The production kernels (`kmeans_kernels/hopper.py`) are one class for all variants, with the launch path of
 # `kmeans_kernels.assign`. Compiled here, the step's two forms against the production variants they correspond to
-# (opcode counts of the whole kernel):
+# (opcode counts of the whole kernel). The recorded table below says "identical": it was made before the production
+# kernel learned to walk several point tiles per CTA (`hopper.grid_cap`, one wave where one CTA holds an SM). Run it
+# now and it lists what that loop brought: the point buffer's release and reload (`SYNCS`), the L2 prefetch of the
+# next tile (`UTMAPF`), the division that counts a CTA's tiles (`I2F`, `MUFU`, `F2I`), the loop's uniform-register
+# arithmetic, and a few different choices ptxas made around them.
 
 # %%
 pairs = {"norm_broadcast": (128, False), "wide": (256, True)}
@@ -380,8 +384,8 @@ else:
 #   turns on 256-wide tiles where the point tile is large and the centroid rows long.
 # * Whether two CTAs fit follows from three numbers computed before compiling (point tile, ring slots, registers),
 #   and the cubin confirms them.
-# * Step 4 compiles to the same machine code as the production variants; what remains between them is the call path,
-#   measured above.
+# * Step 4 compiles to the machine code of the production variants but for one loop production added later (a CTA
+#   walking several point tiles, section 6); what else remains between them is the call path, measured above.
 # * The turns pay on 128-wide tiles too, but only a little (section 8): they order each CTA's warpgroups, not the two
 #   CTAs that share the tensor cores; one ring over all four warpgroups orders them and starves the tensor cores.
 # * Why overlap pays so little on the H200 (section 9): the warps are mostly at work, not waiting, and the MMAs and
