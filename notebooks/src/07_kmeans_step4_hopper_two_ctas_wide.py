@@ -338,13 +338,15 @@ else:
 # delays the next turn. Taking both rows' maxima together and searching in four chains, the same instruction count,
 # bought 3-4 % back at D = 96 and 128 and made D = 64 faster still: 0.96x at K = 4096, 0.86x at 16384
 # (`kmeans_lazy_rows.csv`). On the later build whose CTAs walk their point tiles in a loop, D = 96 and 128 gained
-# too (0.93x at K = 16384, 0.98-0.99x at K = 4096; still 1.09x at K = 512, `kmeans_lazy_index.csv`): `auto` runs it at
-# D <= 128 with K >= 4096.
+# too (`kmeans_lazy_index.csv`, an H100, kernel / latency): 262144 x 128 x 16384 0.929 [0.921, 0.931] / 0.932
+# [0.923, 0.940], 1M x 128 x 4096 0.983 [0.982, 0.989] / 0.980 [0.975, 0.989], but 65536 x 128 x 512 1.095 [1.087,
+# 1.103] / 1.045 [1.034, 1.063]: `auto` runs it at D <= 128 with K >= 4096.
 #
 # What did *not* pay: splitting each warpgroup's tile into two 64-wide accumulators, so that one half is folded while
 # the other half's MMAs run (`probes/kmeans_halves_263b938.csv`, an H100, the variants kept only in the history). The
 # barrier stalls of the turns went (ncu), but the tensor pipe was no busier (46 % against 44 % at 65536 x 64 x 16384,
-# 60 % against 62 % at 65536 x 128 x 4096), and the time went up 3-9 % at D = 128 and 17-30 % at D = 256. One cost we
+# 60 % against 62 % at 65536 x 128 x 4096), and the time went up (halves / auto, kernel / latency: 1M x 128 x 4096
+# 1.074 [1.058, 1.093] / 1.038 [1.006, 1.055], 262144 x 256 x 4096 1.300 [1.267, 1.316] / 1.253 [1.231, 1.275]). One cost we
 # can name: a 64-wide WGMMA reads the point tile once per 64 centroids instead of 128; the profile does not say
 # whether that is what sets the pace.
 #
