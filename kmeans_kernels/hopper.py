@@ -398,8 +398,7 @@ class HopperAssign:
             last_point_tile = my_point_tiles - 1
             for i in cutlass.range(my_point_tiles, unroll=1):
                 point_tile = block + i * grid_size
-                if i > 0:
-                    reduce.reset_winners(best_score, best_index)
+                reduce.reset_winners(best_score, best_index)   # every tile, the first too: cheaper than a test
                 x_pipe.consumer_wait(x_state)
                 for tile in cutlass.range(num_tiles, unroll=1):
                     if cutlass.const_expr(self.norms_in_acc):
