@@ -372,3 +372,81 @@ def test_timeline_of_the_small_m_tile_records_every_row():
     call = hopper_host._call_for(M, N, K, a.get_device(), **small(128, trace=True))
     assert sorted(frame.row) == list(range(call.work.shape[0]))
     assert (frame.width == 128).all() and (frame.stored >= frame.mma_done).all()
+
+
+# ------------------------------------------------------------------------------- split_n: two warpgroups, half each
+
+SPLIT_WIDTHS = hopper_options.SPLIT_N_TILE_NS
+
+
+def split(tile_n: int, **kw) -> dict:
+    return small(tile_n, split_n=True, **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(tile=(128, 256, 64)), dict(tile=(64, 64, 64)), dict(tile=(64, 192, 64)),
+                                dict(tile=(64, 128, 64), epilogue="staged"),
+                                dict(tile=(64, 256, 64), narrow_ns=(128,))])
+def test_split_n_refuses_what_it_does_not_build(kw):
+    """128-row tiles split M already; a half of 64 or 192 columns is not whole 64-column swizzle atoms of B; the
+    staged epilogue's sub-tiles span both halves; narrow tiles would leave one warpgroup a ragged share."""
+    with pytest.raises(ValueError, match="split_n"):
+        hopper_options.Options(split_n=True, **kw)
+
+
+@pytest.mark.parametrize("tile_n", SPLIT_WIDTHS)
+def test_split_n_is_two_consumer_warpgroups_of_half_the_columns_each(tile_n):
+    for schedule in ("uniform", "balanced"):     # a balanced split plan is the uniform one: no narrow items
+        cfg, plan = hopper_options.config_for(500, 8192, **split(tile_n, schedule=schedule))
+        assert (cfg.consumer_warpgroups, cfg.wg_n, cfg.narrow_n, plan.tile_m) == (2, tile_n // 2, None, 64)
+    one = hopper_options.config_for(500, 8192, **small(tile_n))[0]
+    assert (one.consumer_warpgroups, one.wg_n) == (1, tile_n)
+
+
+@pytest.mark.parametrize("stream_k", [False, True], ids=["whole", "stream-k"])
+@pytest.mark.parametrize("tile_n", SPLIT_WIDTHS)
+def test_split_n_builds_issue_half_width_wgmmas_in_flight_without_spills(tile_n, stream_k):
+    """384 threads; HGMMA.64 x tile_n/2 x 16, four per K-block, in the K loop and in each of the tile_n/64
+    K-blocks the deferred epilogue peels off (one per 32 columns of a warpgroup's half); a WARPGROUP.DEPBAR per
+    K-loop wait only (serialized WGMMAs would get one each); nothing spills."""
+    half = tile_n // 2
+    art = compiled(*SHAPE, **split(tile_n, stream_k=stream_k))
+    assert re.search(r"\.reqntid 384, 1, 1", art.ptx)
+    mmas = {op: n for op, n in sass.histogram(art.sass).items() if op.startswith("HGMMA")}
+    assert mmas == {f"HGMMA.64x{half}x16.F32.BF16": 4 * (1 + half // 32)}, mmas
+    assert count(art, "WARPGROUP.DEPBAR") == 2 + half // 32
+    assert count(art, "LDL") == 0 and count(art, "STL") == 0, "register spills"
+
+
+@pytest.mark.skipif(PTXAS is None, reason="needs a ptxas on PATH (the CUDA toolkit)")
+@pytest.mark.parametrize("tile_n", SPLIT_WIDTHS)
+def test_ptxas_does_not_serialize_the_split_n_wgmmas(tile_n, tmp_path):
+    """A test on a warpgroup's columns between the peeled K-blocks' WGMMAs made ptxas serialize them (C7520:
+    'dependence on compiler-inserted WG.AR in divergent path'); the stores skip per lane instead."""
+    ptx = tmp_path / "k.ptx"
+    ptx.write_text(compiled(500, 8192, 4096, **split(tile_n, cluster_m=2)).ptx)
+    run = subprocess.run([PTXAS, "-arch=sm_90a", str(ptx), "-o", str(tmp_path / "k.cubin")], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "serialized" not in run.stdout + run.stderr
+
+
+SPLIT_GPU_CONFIGS = [pytest.param(split(n, cluster_m=cm, stream_k=sk), id=f"64x{n}-split-c{cm}{'-sk' if sk else ''}")
+                     for n in SPLIT_WIDTHS for cm in (1, 2) for sk in (False, True)]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("kw", SPLIT_GPU_CONFIGS)
+@pytest.mark.parametrize("M,N,K", GPU_SHAPES)
+def test_split_n_small_integers_are_exact(M, N, K, kw):
+    _exact(M, N, K, kw)
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("M,N,K", [(77, 1032, 520), (500, 2048, 4096), (13, 1032, 520)])
+@pytest.mark.parametrize("kw", [split(128, defer_epilogue=False), split(256, persistent=False),
+                                split(128, dynamic=False)], ids=["plain", "one-per-item", "static"])
+def test_split_n_is_exact_with_the_other_options(M, N, K, kw):
+    _exact(M, N, K, kw)
+    _exact(M, N, K, kw, dtype=torch.float16)
