@@ -57,10 +57,11 @@ from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from gemm_kernels.hopper_epilogue import Epilogues
-from gemm_kernels.hopper_options import ALIGN, EPI_N, TILE_K, WARPGROUP, WGMMA_M, Config
+from gemm_kernels.hopper_options import ALIGN, EPI_N, TILE_K, WGMMA_M, Config
 from gemm_kernels.hopper_trace import TRACE_COLS, TRACE_FIELDS, TRACE_SEGMENTS
 from gemm_kernels.hopper_worklist import CONTRIBUTE, FINISH, SEGMENT_COLS
 
+WARPGROUP = 128       # threads: the producer warpgroup, then Config.consumer_warpgroups consumer warpgroups
 QUEUE_DEPTH = 2       # dynamic schedule: item indices in flight (claimed for the next item / read for this one)
 PRODUCER_REGS, CONSUMER_REGS = 40, 232   # setmaxnreg: 128*40 + 256*232 <= 64K registers per SM (two consumers)
 # the element type of a, b and c for each of hopper_options.DTYPES
@@ -100,11 +101,7 @@ class HopperGemm(Epilogues):
         element = self.element
 
         def tiled_mma_for(n):
-            # (warpgroups, 1, 1): the consumer warpgroups split M, each issues m64 x n x k16; split_n (1, 2, 1):
-            # they split N, each issues m64 x n/2 x k16 over the same 64 rows of A
-            if cutlass.const_expr(cfg.split_n):
-                return sm90.make_trivial_tiled_mma(element, element, OperandMajorMode.K, OperandMajorMode.MN,
-                                                   cutlass.Float32, (1, 2, 1), tiler_mn=(WGMMA_M, n // 2))
+            # (warpgroups, 1, 1): the consumer warpgroups split M; each issues m64 x n x k16.
             return sm90.make_trivial_tiled_mma(element, element, OperandMajorMode.K, OperandMajorMode.MN,
                                                cutlass.Float32, (self.warpgroups, 1, 1), tiler_mn=(WGMMA_M, n))
 
@@ -339,7 +336,7 @@ class HopperGemm(Epilogues):
         defer = cutlass.const_expr(cfg.defer_epilogue)
         if cutlass.const_expr(defer):
             # C of the previous item, as 16-bit pairs, stored 32 columns at a time behind this item's first K-blocks
-            words = cute.make_rmem_tensor((cfg.wg_n // 32, 2, 4), cutlass.Int32)
+            words = cute.make_rmem_tensor((cfg.tile_n // 32, 2, 4), cutlass.Int32)
             prev_m0, prev_n0, prev_width = cutlass.Int32(0), cutlass.Int32(0), cutlass.Int32(0)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
         tracing = cutlass.const_expr(cfg.trace)
@@ -586,7 +583,7 @@ class HopperGemm(Epilogues):
             # The first K-blocks, peeled: behind each one's WGMMAs goes one 32-column group of the last item's
             # C, so its stores trickle out over several K-blocks instead of stalling one (all SMs end their rows
             # together; stored at once, their C meets in the L2 and takes ~1.8 us per row: `hopper_host.timeline`).
-            groups = self.cfg.wg_n // 32
+            groups = self.cfg.tile_n // 32
             for j in cutlass.range_constexpr(groups):
                 if j < k_blocks:
                     ring.consumer_wait(read)

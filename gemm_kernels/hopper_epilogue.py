@@ -91,7 +91,7 @@ class Epilogues:
         32-bit pairs of 16-bit values spread over the quad, one row per lane; transposing it with two butterfly
         shuffles (xor 1, xor 2) leaves lane q with all 8 columns of group 4j + q: one 16-byte store.
         """
-        words = cute.make_rmem_tensor((self.cfg.wg_n // 32, 2, 4), cutlass.Int32)
+        words = cute.make_rmem_tensor((self.cfg.tile_n // 32, 2, 4), cutlass.Int32)
         self.pack_accumulator(acc, words)
         self.store_words(tiled_mma, words, mC, m0, n0, width, ctidx)
 
@@ -100,7 +100,7 @@ class Epilogues:
         """words[j, h, t]: the pair of c's dtype this thread holds in column group 4j + t, row half h."""
         block = cute.make_rmem_tensor((2, 2, 4), cutlass.Float32)      # (pair, row half, group) of 32 cols
         block_c = cute.make_rmem_tensor((2, 2, 4), self.element)
-        for j in cutlass.range_constexpr(self.cfg.wg_n // 32):
+        for j in cutlass.range_constexpr(self.cfg.tile_n // 32):
             for h in cutlass.range_constexpr(2):
                 for t in cutlass.range_constexpr(4):
                     for p in cutlass.range_constexpr(2):
@@ -126,10 +126,8 @@ class Epilogues:
         # The (row, col) of this thread's value (0, h, g) comes from the MMA's own partition of the tile.
         coords = tiled_mma.get_slice(ctidx).partition_C(cute.make_identity_tensor((cfg.tile_m, cfg.tile_n)))
         out = cute.make_rmem_tensor((4,), cutlass.Int32)
-        for j in (range(cfg.wg_n // 32) if groups is None else groups):
-            # skip whole groups past the item's width; split_n: per lane only (`mine`), since a test on the
-            # warpgroup's columns is divergent to ptxas, which then serializes the WGMMAs these stores go between
-            if cutlass.const_expr(cfg.split_n) or j * 32 < width:
+        for j in (range(cfg.tile_n // 32) if groups is None else groups):
+            if j * 32 < width:
                 for h in cutlass.range_constexpr(2):
                     w = _quad_transpose([words[j, h, 0], words[j, h, 1], words[j, h, 2], words[j, h, 3]], q)
                     row_in_tile, col0 = coords[(0, h, 4 * j), 0, 0]

@@ -25,8 +25,6 @@ from workbook import gpus
 
 ARCH = "sm_90a"
 WGMMA_M = 64          # rows of one warpgroup's WGMMA: each consumer warpgroup owns 64 rows of the tile
-WARPGROUP = 128       # threads: a CTA runs the producer warpgroup, then Config.consumer_warpgroups consumer ones
-SPLIT_N_TILE_NS = (128, 256)   # split_n: each warpgroup's half of B is whole 64-column swizzle atoms
 TILE_M = 128          # the tile's rows by default: two consumer warpgroups x 64 rows
 TILE_MS = (64, 128)   # one consumer warpgroup (the small-M tile: M <= 512 wastes less of it) or two
 TILE_K = 64           # 64 bf16 = 128 bytes: one 128-byte swizzle row of the K-major A tile
@@ -122,10 +120,7 @@ class Options(BackendOptions):
     the stream (PDL): the CTAs start, set up their barriers and prefetch their descriptors while that kernel
     drains, and wait for it to finish (`griddepcontrol.wait`) before their first global access. Off by default:
     through the launch cache's graphs it moved no shape's time by more than 5 % either way (an H100,
-    data/measured/nvidia_h100_80gb_hbm3/probes/pdl_a5c1543.csv). split_n: (64-row tiles 128 or 256 wide, the
-    register epilogue, uniform tiles) two consumer warpgroups instead of one, each the tile's 64 rows and one
-    half of its columns: two accumulator chains at the tensor cores where one warpgroup has one, as cuBLAS's
-    kernels for these tiles run (384 threads).
+    data/measured/nvidia_h100_80gb_hbm3/probes/pdl_a5c1543.csv).
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
     stages: int | None = None
@@ -143,7 +138,6 @@ class Options(BackendOptions):
     clamp_a_box: bool | None = None
     trace: bool = False
     pdl: bool = False
-    split_n: bool = False
 
     def __post_init__(self):
         tile = DEFAULT_TILE if self.tile is None else tuple(self.tile)
@@ -174,13 +168,6 @@ class Options(BackendOptions):
             raise ValueError("defer_epilogue needs the register epilogue")
         if self.clamp_a_box and self.epilogue != "register":
             raise ValueError("clamp_a_box needs the register epilogue (the staged one stores whole boxes from m0)")
-        if self.split_n:
-            if tile[0] != WGMMA_M or tile[1] not in SPLIT_N_TILE_NS or self.epilogue != "register":
-                raise ValueError(f"split_n splits a {WGMMA_M}-row tile {' or '.join(map(str, SPLIT_N_TILE_NS))} "
-                                 f"wide between two warpgroups and needs the register epilogue; got tile {tile}, "
-                                 f"epilogue {self.epilogue!r}")
-            if self.narrow_ns is not None:
-                raise ValueError("narrow_ns: split_n plans uniform tiles only")
         if self.stream_k and not self.persistent:
             raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
         self._seal()
@@ -228,9 +215,8 @@ class Options(BackendOptions):
 
     @property
     def narrow_choices(self) -> tuple[int, ...]:
-        """The narrow widths the balanced plan may choose from, widest first (none for a cluster along N or a
-        tile split along N: a narrow item would leave one CTA or warpgroup a ragged share)."""
-        if self.cluster_n > 1 or self.split_n:
+        """The narrow widths the balanced plan may choose from, widest first (none for a cluster along N)."""
+        if self.cluster_n > 1:
             return ()
         return narrow_widths(self.tile_n, self.epilogue) if self.narrow_ns is None else self.narrow_ns
 
@@ -259,7 +245,6 @@ class Config:
     clamp_a: bool = False          # A's box kept inside M, the result's rows mapped back (`HopperGemm.a_origin`)
     trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
     pdl: bool = False              # a programmatic dependent launch (`Options.pdl`)
-    split_n: bool = False          # two consumer warpgroups split the tile's columns (`Options.split_n`)
 
     @property
     def a_box_rows(self) -> int:
@@ -275,14 +260,8 @@ class Config:
 
     @property
     def consumer_warpgroups(self) -> int:
-        """Consumer warpgroups per CTA, each issuing WGMMA_M-row WGMMAs over its share of the tile: of its rows,
-        or with split_n of its columns."""
-        return self.tile_m // WGMMA_M * (2 if self.split_n else 1)
-
-    @property
-    def wg_n(self) -> int:
-        """Columns of one consumer warpgroup's accumulator."""
-        return self.tile_n // 2 if self.split_n else self.tile_n
+        """Consumer warpgroups per CTA, each issuing WGMMA_M-row WGMMAs over its share of the tile's rows."""
+        return self.tile_m // WGMMA_M
 
     @property
     def width_step(self) -> int:
@@ -347,5 +326,5 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m,
                  cluster_n=o.cluster_n, dynamic=o.dynamic, defer_epilogue=o.deferred,
                  stream_k=o.stream_k, a_rows=short_a_rows(M, o), clamp_a=clamps_a_box(M, o),
-                 trace=o.trace, pdl=o.pdl, split_n=o.split_n)
+                 trace=o.trace, pdl=o.pdl)
     return cfg, plan

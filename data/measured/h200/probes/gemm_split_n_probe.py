@@ -2,7 +2,8 @@
 warpgroup of the same tile, cluster and schedule, with torch.matmul in the same run, taking turns, at the shapes
 where the rule picks a 64-row tile and at the few-tile K-heavy ones where cuBLAS runs this tile with two.
 Both timings with 95 % intervals (`workbook.timing.compare`) and CUPTI GPU time.
-    python gemm_split_n_probe.py OUT_DIR   (its run: gemm_split_n_<commit>.csv)"""
+    python gemm_split_n_probe.py OUT_DIR   (its run: gemm_split_n_<commit>.csv)
+The option did not pay and was removed; it builds at commit d253484, where this probe ran."""
 import dataclasses
 import sys
 
