@@ -32,8 +32,9 @@ for M, N, K, name, bands in CASES:
         fns[f"band {b}"] = lambda a, bb, o=o: gemm(a, bb, o)
     ints = [t.round().clamp(-2, 2) for t in sets[0]]
     want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
-    for f in fns.values():
-        assert torch.equal(f(*ints), want), (M, N, K)
+    for f, fn in fns.items():
+        if f != "torch.matmul":      # cuBLAS may reduce split-K partials in bf16
+            assert torch.equal(fn(*ints), want), (M, N, K, f)
     ref = f"band {default}" if default in bands else f"band {bands[-1]}"
     cmp = timing.compare(fns, sets, baseline=ref, rounds=8, calls=20)
     gpu = sweep.gpu_ms(fns, sets)
