@@ -20,7 +20,6 @@ from gemm_kernels import sweep
 from kmeans_kernels import bench, hopper
 from workbook import launch, records, timing
 
-out_dir = sys.argv[1]
 SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (65536, 64, 512), (262144, 128, 16384)]
 VARIANT = "lazy_index"
 
@@ -65,27 +64,32 @@ def launcher(kernel_class, D, dtype):
 
 
 BUILDS = {"full": hopper.HopperAssign, "no fold": NoFold, "MMA / 4": QuarterMma, "no turns": NoTurns}
-rows = []
-for N, D, K in SHAPES:
-    sets = bench.input_sets(N, D, K)
-    fns = {}
-    for name, cls in BUILDS.items():
-        run, out = launcher(cls, D, sets[0][0].dtype), torch.empty(N, dtype=torch.int32, device="cuda")
-        fns[name] = lambda x, c, c_sq, run=run, out=out: run(x, c, c_sq, out)
-    cmp = timing.compare(fns, sets, baseline="full", rounds=8, calls=20)
-    gpu = sweep.gpu_ms(fns, sets)
-    for f in fns:
-        for t in (timing.LATENCY, timing.KERNEL):
-            r = cmp.ratio(f, t)
-            rows.append(dict(N=N, D=D, K=K, contender=f, timing=t, us_median=1e3 * cmp.timing(f, t).ms_median,
-                             ratio=r.value, ratio_lo=r.lo, ratio_hi=r.hi, rounds=r.rounds))
-        rows.append(dict(N=N, D=D, K=K, contender=f, timing="gpu", us_median=1e3 * gpu[f], ratio=gpu[f] / gpu["full"]))
-    print(N, D, K, {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
-    df = pd.DataFrame(rows)
-    for key, value in records.provenance().items():
-        df[key] = value
-    df.to_csv(f"{out_dir}/kmeans_ablation.csv", index=False)
+def main(out_dir):
+    rows = []
+    for N, D, K in SHAPES:
+        sets = bench.input_sets(N, D, K)
+        fns = {}
+        for name, cls in BUILDS.items():
+            run, out = launcher(cls, D, sets[0][0].dtype), torch.empty(N, dtype=torch.int32, device="cuda")
+            fns[name] = lambda x, c, c_sq, run=run, out=out: run(x, c, c_sq, out)
+        cmp = timing.compare(fns, sets, baseline="full", rounds=8, calls=20)
+        gpu = sweep.gpu_ms(fns, sets)
+        for f in fns:
+            for t in (timing.LATENCY, timing.KERNEL):
+                r = cmp.ratio(f, t)
+                rows.append(dict(N=N, D=D, K=K, contender=f, timing=t, us_median=1e3 * cmp.timing(f, t).ms_median,
+                                 ratio=r.value, ratio_lo=r.lo, ratio_hi=r.hi, rounds=r.rounds))
+            rows.append(dict(N=N, D=D, K=K, contender=f, timing="gpu", us_median=1e3 * gpu[f], ratio=gpu[f] / gpu["full"]))
+        print(N, D, K, {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
+        df = pd.DataFrame(rows)
+        for key, value in records.provenance().items():
+            df[key] = value
+        df.to_csv(f"{out_dir}/kmeans_ablation.csv", index=False)
 
-pd.set_option("display.width", 220)
-print(df[df.timing == "gpu"].pivot_table(index=["N", "D", "K"], columns="contender", values="us_median").round(1)
-      .to_string())
+    pd.set_option("display.width", 220)
+    print(df[df.timing == "gpu"].pivot_table(index=["N", "D", "K"], columns="contender", values="us_median").round(1)
+          .to_string())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
