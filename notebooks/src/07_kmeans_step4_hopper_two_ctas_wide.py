@@ -274,10 +274,13 @@ plt.show()
 # dependence between them but the shared ring) take 220 us: their sum (both / sum 0.99), where full overlap would
 # have cost 131. At D = 128 running them together saves 15 % of the sum, still far from the longer alone. On the
 # H200 the folds and the WGMMAs of another warpgroup on the same SM slow each other down about as much as if they
-# took turns. What they compete for, these probes do not say (inside the work the sampled warps mostly wait for the
-# issue slot, a busy pipe or an operand; the register file, through which Hopper's WGMMA accumulates, is one
-# candidate). The lever left on Hopper is fewer instructions per score (a fold is about 380 warp instructions per
-# warp per tile at D = 64, 225 of them the scan itself), not more overlap. Blackwell keeps the accumulators in
+# took turns. What they compete for is the board's power. Run back to back for seconds on an H100, whose limit is
+# the H200's 700 W (`nvidia_h100_80gb_hbm3/probes/kmeans_ablation_clocks_e644209.csv`, nvidia-smi sampling),
+# `lazy_index` holds the board at its power cap with the SM clock at 1.56 GHz at 262144 x 128 x 16384; a build
+# without the fold is at the cap too (1.49 GHz), and only one with a quarter of the WGMMAs comes near 1.98 GHz. At
+# the cap a kernel's time is its energy, and the fold's energy adds to the WGMMAs' however the two are scheduled.
+# The lever left on Hopper is less energy per score, that is fewer instructions per score (a fold is about 380 warp
+# instructions per warp per tile at D = 64, 225 of them the scan itself), not more overlap. Blackwell keeps the accumulators in
 # tensor memory, away from the registers the fold works in (notebook 08). Putting the point tile in registers to spare shared memory (the RS form of WGMMA) does not fit
 # either: two CTAs of nine warps put five warps on one sub-partition, which caps the kernel at 96 registers, and
 # ptxas then spills (`notes/perf-log.md`).
@@ -391,7 +394,7 @@ else:
 # * The turns pay on 128-wide tiles too, but only a little (section 8): they order each CTA's warpgroups, not the two
 #   CTAs that share the tensor cores; one ring over all four warpgroups orders them and starves the tensor cores.
 # * Why overlap pays so little on the H200 (section 9): the warps are mostly at work, not waiting, and the MMAs and
-#   the folds, run apart at once, take the sum of their times at D = 64 (0.85 of it at D = 128). What is left is
-#   fewer instructions per score.
+#   the folds, run apart at once, take the sum of their times at D = 64 (0.85 of it at D = 128): the board runs at
+#   its 700 W cap, where time is energy (clocks sampled on an H100). What is left is fewer instructions per score.
 # * Fewer instructions per score is what paid (section 10): the MMA starts its sum at the negated half norms, and the
 #   fold loses its subtraction and the norms' shuffles; 6-7 % at D = 64, 11-15 % at D = 128.
