@@ -306,6 +306,12 @@ display(profile[["time (ms)", "L2 sectors read", "L2 sectors written", "DRAM rea
 # the items are many (2048 × 2048 × 16384: 64 items, 2.1 waves of 30) it loses to the pairs, which fit 66 at a time:
 # a cluster's size sets its wave count, not only its bytes.
 #
+# Bytes matter at the power cap as they do in DRAM (finding 1). Run back to back for seconds on an H100, whose limit
+# is the H200's 700 W (`nvidia_h100_80gb_hbm3/probes/gemm_clocks_sustained_fde0186.csv`, nvidia-smi sampling), both
+# kernels hold the board at its cap at 1024 × 1024 × 8192, and cuBLAS finishes first at a *lower* SM clock than ours:
+# it spends 14-16 % less energy per call. At the cap, time is energy, and bytes not read from the L2 and partial sums
+# not written are energy not spent.
+#
 # **Exercise.** Count what a 2 × 2 cluster of 128 × 64 tiles loads and how its items fill the H200.
 
 # %%
