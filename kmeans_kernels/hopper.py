@@ -444,21 +444,24 @@ class HopperAssign:
         all `stages` slots are held: otherwise the producer could never fill the slot we wait for.
         Returns the ring positions and the new number of held slots.
         """
-        steps = BLOCK_D // 16
         cute.nvgpu.warpgroup.fence()
         for db in range(self.d_blocks):
             while held >= self.stages:
                 release, held = self._retire(k, release, held, 1)
             k.ring.consumer_wait(read)
-            for s in range(steps):
-                # onto the staged norms from the first step, else onto zero
-                mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, self.norms_in_acc or db + s > 0)
-                cute.gemm(mma, acc, k.frag_x[(None, None, db * steps + s, 0)],
-                          k.frag_c[(None, None, s, read.index)], acc)
+            self._slot_mmas(k, mma, acc, db, read.index)
             cute.nvgpu.warpgroup.commit_group()
             read.advance()
             held += 1
         return mma, read, release, held
+
+    def _slot_mmas(self, k, mma, acc, db, slot_index):
+        """The k16 WGMMAs of D block `db`, whose centroid columns ring slot `slot_index` holds."""
+        steps = BLOCK_D // 16
+        for s in range(steps):
+            # onto the staged norms from the first step, else onto zero
+            mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, self.norms_in_acc or db + s > 0)
+            cute.gemm(mma, acc, k.frag_x[(None, None, db * steps + s, 0)], k.frag_c[(None, None, s, slot_index)], acc)
 
     def _retire(self, k, release, held: int, count: int):
         """Wait until the oldest `count` in-flight groups are done and give their slots back to the producer."""

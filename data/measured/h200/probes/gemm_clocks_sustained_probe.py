@@ -1,11 +1,10 @@
 """Probe: the SM clock and board power while our GEMM and torch.matmul (cuBLAS) each run back to back for 3 s, at the
 few-tile K-heavy shape where cuBLAS is fastest against us, at a square where we are level and at the worst odd shape.
 If both sit at the power cap, time is energy there, and the bytes cuBLAS does not read (probes/ncu_kheavy_pairs_l2.txt)
-are energy it does not spend. nvidia-smi samples every 20 ms; the first fifth of the samples is dropped as ramp.
+are energy it does not spend. nvidia-smi samples every 20 ms (`sustained_clocks.sustained`; the first fifth of the
+samples is dropped as ramp).
     python gemm_clocks_sustained_probe.py OUT_DIR   (its run: gemm_clocks_sustained_<commit>.csv)"""
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -13,6 +12,8 @@ import torch
 
 from gemm_kernels import configs, gemm, rule
 from workbook import records
+
+from sustained_clocks import sustained
 
 out_dir = sys.argv[1]
 SECONDS = 3.0
@@ -26,27 +27,8 @@ for M, N, K, name in CASES:
     label = name or rule.choose(M, N, K)
     opts = configs.HOPPER_CANDIDATES[name] if name else None
     for contender, fn in (("torch.matmul", lambda: torch.matmul(a, b)), (f"ours {label}", lambda: gemm(a, b, opts))):
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        log = Path(out_dir) / "smi.csv"
-        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active",
-                                "--format=csv,noheader,nounits", "-lms", "20", "-f", str(log)])
-        time.sleep(0.3)
-        t0, calls = time.perf_counter(), 0
-        while time.perf_counter() - t0 < SECONDS:
-            for _ in range(20):
-                fn()
-            calls += 20
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        smi.terminate()
-        smi.wait()
-        s = pd.read_csv(log, header=None, names=["t", "sm_mhz", "power_w", "throttle"], skipinitialspace=True)
-        s = s.iloc[len(s) // 5:]
-        rows.append(dict(M=M, N=N, K=K, contender=contender, us_per_call=1e6 * elapsed / calls,
-                         sm_mhz_median=s.sm_mhz.median(), sm_mhz_min=s.sm_mhz.min(), power_w_median=s.power_w.median(),
-                         samples=len(s), throttle=";".join(sorted(set(map(str, s.throttle))))))
+        rows.append(dict(M=M, N=N, K=K, contender=contender,
+                         **sustained(fn, Path(out_dir) / "smi.csv", SECONDS, batch=20)))
         print(rows[-1], flush=True)
 df = pd.DataFrame(rows)
 df["joules_per_call"] = df.power_w_median * df.us_per_call * 1e-6

@@ -1,12 +1,10 @@
 """Probe: the SM clock and board power while each ablation build of `kmeans_ablation_probe.py` runs back to back
 for a few seconds. If the fold and the WGMMAs add up because the board is at its power cap (the clock falls when
 both run), the full build's clock is lower than either part's alone; if the clock holds, what they share is inside
-the SM. nvidia-smi samples clocks, power and the throttle reasons every 20 ms in the background.
+the SM. nvidia-smi samples clocks, power and the throttle reasons every 20 ms (`sustained_clocks.sustained`).
     python kmeans_ablation_clocks_probe.py OUT_DIR   (its run: kmeans_ablation_clocks_<commit>.csv)"""
 import runpy
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -14,6 +12,8 @@ import torch
 
 from kmeans_kernels import bench
 from workbook import records
+
+from sustained_clocks import sustained
 
 out_dir = sys.argv[1]
 probe = runpy.run_path(str(Path(__file__).with_name("kmeans_ablation_probe.py")), run_name="ablation_builds")
@@ -24,28 +24,8 @@ for N, D, K in [(262144, 128, 16384), (65536, 64, 16384)]:
     x, c, c_sq = sets[0]
     for name, cls in probe["BUILDS"].items():
         run, out = probe["launcher"](cls, D, x.dtype), torch.empty(N, dtype=torch.int32, device="cuda")
-        for _ in range(20):
-            run(x, c, c_sq, out)
-        torch.cuda.synchronize()
-        log = Path(out_dir) / "smi.csv"
-        smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,clocks.sm,power.draw,clocks_throttle_reasons.active",
-                                "--format=csv,noheader,nounits", "-lms", "20", "-f", str(log)])
-        time.sleep(0.3)
-        t0, calls = time.perf_counter(), 0
-        while time.perf_counter() - t0 < SECONDS:
-            for _ in range(10):
-                run(x, c, c_sq, out)
-            calls += 10
-            torch.cuda.synchronize()
-        elapsed = time.perf_counter() - t0
-        smi.terminate()
-        smi.wait()
-        samples = pd.read_csv(log, header=None, names=["t", "sm_mhz", "power_w", "throttle"], skipinitialspace=True)
-        samples = samples.iloc[len(samples) // 5:]           # skip the ramp
-        rows.append(dict(N=N, D=D, K=K, build=name, us_per_call=1e6 * elapsed / calls,
-                         sm_mhz_median=samples.sm_mhz.median(), sm_mhz_min=samples.sm_mhz.min(),
-                         power_w_median=samples.power_w.median(), samples=len(samples),
-                         throttle=";".join(sorted(set(map(str, samples.throttle))))))
+        rows.append(dict(N=N, D=D, K=K, build=name, **sustained(lambda: run(x, c, c_sq, out),
+                                                                 Path(out_dir) / "smi.csv", SECONDS, batch=10)))
         print(rows[-1], flush=True)
 df = pd.DataFrame(rows)
 for key, value in records.provenance().items():

@@ -30,19 +30,10 @@ class NoFold(hopper.HopperAssign):
 
 
 class QuarterMma(hopper.HopperAssign):
-    def _issue(self, k, mma, acc, read, release, held: int):
-        steps = hopper.BLOCK_D // 16
-        cute.nvgpu.warpgroup.fence()
-        for db in range(self.d_blocks):
-            while held >= self.stages:
-                release, held = self._retire(k, release, held, 1)
-            k.ring.consumer_wait(read)
-            mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
-            cute.gemm(mma, acc, k.frag_x[(None, None, db * steps, 0)], k.frag_c[(None, None, 0, read.index)], acc)
-            cute.nvgpu.warpgroup.commit_group()
-            read.advance()
-            held += 1
-        return mma, read, release, held
+    def _slot_mmas(self, k, mma, acc, db, slot_index):
+        mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, True)
+        first_step = db * (hopper.BLOCK_D // 16)
+        cute.gemm(mma, acc, k.frag_x[(None, None, first_step, 0)], k.frag_c[(None, None, 0, slot_index)], acc)
 
 
 class NoTurns(hopper.HopperAssign):
@@ -64,6 +55,22 @@ def launcher(kernel_class, D, dtype):
 
 
 BUILDS = {"full": hopper.HopperAssign, "no fold": NoFold, "MMA / 4": QuarterMma, "no turns": NoTurns}
+def timed_rows(fns, sets, baseline, rounds, **shape):
+    """The builds `fns` taking turns against `baseline` (both timings, `rounds` interleaved rounds of 20 calls) and
+    their CUPTI GPU time: one row per build and timing, ratios to the baseline's."""
+    cmp = timing.compare(fns, sets, baseline=baseline, rounds=rounds, calls=20)
+    gpu = sweep.gpu_ms(fns, sets)
+    rows = []
+    for f in fns:
+        for t in (timing.LATENCY, timing.KERNEL):
+            r = cmp.ratio(f, t)
+            rows.append(dict(**shape, contender=f, timing=t, us_median=1e3 * cmp.timing(f, t).ms_median,
+                             ratio=r.value, ratio_lo=r.lo, ratio_hi=r.hi, rounds=r.rounds))
+        rows.append(dict(**shape, contender=f, timing="gpu", us_median=1e3 * gpu[f], ratio=gpu[f] / gpu[baseline]))
+    print(*shape.values(), {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
+    return rows
+
+
 def main(out_dir):
     rows = []
     for N, D, K in SHAPES:
@@ -72,15 +79,7 @@ def main(out_dir):
         for name, cls in BUILDS.items():
             run, out = launcher(cls, D, sets[0][0].dtype), torch.empty(N, dtype=torch.int32, device="cuda")
             fns[name] = lambda x, c, c_sq, run=run, out=out: run(x, c, c_sq, out)
-        cmp = timing.compare(fns, sets, baseline="full", rounds=8, calls=20)
-        gpu = sweep.gpu_ms(fns, sets)
-        for f in fns:
-            for t in (timing.LATENCY, timing.KERNEL):
-                r = cmp.ratio(f, t)
-                rows.append(dict(N=N, D=D, K=K, contender=f, timing=t, us_median=1e3 * cmp.timing(f, t).ms_median,
-                                 ratio=r.value, ratio_lo=r.lo, ratio_hi=r.hi, rounds=r.rounds))
-            rows.append(dict(N=N, D=D, K=K, contender=f, timing="gpu", us_median=1e3 * gpu[f], ratio=gpu[f] / gpu["full"]))
-        print(N, D, K, {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
+        rows += timed_rows(fns, sets, "full", 8, N=N, D=D, K=K)
         df = pd.DataFrame(rows)
         for key, value in records.provenance().items():
             df[key] = value

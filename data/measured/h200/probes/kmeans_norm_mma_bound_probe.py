@@ -9,17 +9,17 @@ starts it at zero) and one extra k16 WGMMA per tile (on the tile's first 16 colu
 correct argmin; the producer still stages the norms. Against `lazy_index` as `auto` runs it, through the same
 kind of launch cache, taking turns: CUPTI GPU time and both timings (`workbook.timing.compare`).
     python kmeans_norm_mma_bound_probe.py OUT_DIR   (its run: kmeans_norm_mma_bound_<commit>.csv)"""
+import runpy
 import sys
+from pathlib import Path
 
-import cuda.bindings.driver as cuda
 import cutlass.cute as cute
 import pandas as pd
 import torch
 
 import kmeans_kernels
-from gemm_kernels import sweep
 from kmeans_kernels import bench, hopper
-from workbook import launch, records, timing
+from workbook import records
 
 out_dir = sys.argv[1]
 SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 16384), (65536, 64, 512),
@@ -33,33 +33,18 @@ class NormsFromTheMma(hopper.HopperAssign):
     def _norms_into_acc(self, k, acc, slot_index):
         pass
 
-    def _issue(self, k, mma, acc, read, release, held: int):
+    def _slot_mmas(self, k, mma, acc, db, slot_index):
         steps = hopper.BLOCK_D // 16
-        cute.nvgpu.warpgroup.fence()
-        for db in range(self.d_blocks):
-            while held >= self.stages:
-                release, held = self._retire(k, release, held, 1)
-            k.ring.consumer_wait(read)
-            for s in range(steps + (1 if db == 0 else 0)):
-                mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, db + s > 0)
-                cute.gemm(mma, acc, k.frag_x[(None, None, db * steps + s % steps, 0)],
-                          k.frag_c[(None, None, s % steps, read.index)], acc)
-            cute.nvgpu.warpgroup.commit_group()
-            read.advance()
-            held += 1
-        return mma, read, release, held
+        for s in range(steps + (1 if db == 0 else 0)):
+            mma.set(cute.nvgpu.warpgroup.Field.ACCUMULATE, db + s > 0)
+            cute.gemm(mma, acc, k.frag_x[(None, None, db * steps + s % steps, 0)],
+                      k.frag_c[(None, None, s % steps, slot_index)], acc)
 
 
-def launcher(kernel_class, D, dtype):
-    kernel = kernel_class(VARIANT, D, hopper._cutlass_dtype(dtype))
-    compiled = cute.compile(kernel, *hopper._placeholder_args(dtype), options="--gpu-arch sm_90a")
-    cache = launch.LaunchCache(compiled, device=0, pointers=4, reaimable=(2, 3))
-    ctas = hopper.grid_cap(VARIANT, D, 0)
-
-    def run(x, c, c_sq, out):
-        addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), x.shape[0], c.shape[0], ctas)
-        cache(addrs, lambda s: hopper._args(dtype, *addrs, cuda.CUstream(s)), launch.stream_handle(0))
-    return run
+# the ablation probe's launcher (the kernel class compiled and launched through a launch cache as `hopper.launcher`
+# does) and its timing of builds taking turns
+ablation = runpy.run_path(str(Path(__file__).with_name("kmeans_ablation_probe.py")), run_name="builds")
+launcher = ablation["launcher"]
 
 
 rows = []
@@ -74,16 +59,7 @@ for N, D, K in SHAPES:
     fns["lazy_index"](x, c, c_sq)
     torch.cuda.synchronize()
     assert torch.equal(outs[0], kmeans_kernels.assign(x, c, c_sq=c_sq, variant=VARIANT))   # the launcher's wiring
-    cmp = timing.compare(fns, sets, baseline="lazy_index", rounds=10, calls=20)
-    gpu = sweep.gpu_ms(fns, sets)
-    for f in fns:
-        for t in (timing.LATENCY, timing.KERNEL):
-            r = cmp.ratio(f, t)
-            rows.append(dict(N=N, D=D, K=K, contender=f, timing=t, us_median=1e3 * cmp.timing(f, t).ms_median,
-                             ratio=r.value, ratio_lo=r.lo, ratio_hi=r.hi, rounds=r.rounds))
-        rows.append(dict(N=N, D=D, K=K, contender=f, timing="gpu", us_median=1e3 * gpu[f],
-                         ratio=gpu[f] / gpu["lazy_index"]))
-    print(N, D, K, {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
+    rows += ablation["timed_rows"](fns, sets, "lazy_index", 10, N=N, D=D, K=K)
     df = pd.DataFrame(rows)
     for key, value in records.provenance().items():
         df[key] = value
