@@ -277,7 +277,8 @@ plt.show()
 # took turns. What they compete for is the board's power. Run back to back for seconds on an H100, whose limit is
 # the H200's 700 W (`nvidia_h100_80gb_hbm3/probes/kmeans_ablation_clocks_e644209.csv`, nvidia-smi sampling),
 # `lazy_index` holds the board at its power cap with the SM clock at 1.56 GHz at 262144 x 128 x 16384; a build
-# without the fold is at the cap too (1.49 GHz), and only one with a quarter of the WGMMAs comes near 1.98 GHz. At
+# without the fold is at the cap too (1.49 GHz), and only one with a quarter of the WGMMAs runs faster (1.88 GHz;
+# 1.98, off the cap, at 65536 x 64 x 16384). At
 # the cap a kernel's time is its energy, and the fold's energy adds to the WGMMAs' however the two are scheduled.
 # The lever left on Hopper is less energy per score, that is fewer instructions per score (a fold is about 380 warp
 # instructions per warp per tile at D = 64, 225 of them the scan itself), not more overlap. Blackwell keeps the accumulators in
