@@ -8,7 +8,9 @@ scores within fp32 accumulation error, and the test proves that for each one), a
 from __future__ import annotations
 
 import functools
+import importlib
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -107,14 +109,37 @@ def test_compiled_kernel_fits_its_ctas_per_sm(variant, D):
     if not takes(variant, D):
         pytest.skip(f"{variant} does not run at D={D}")
     kernel = hopper.HopperAssign(variant, D, hopper._cutlass_dtype(torch.bfloat16))
+    assert_fits_its_ctas_per_sm(kernel)
+
+
+def assert_fits_its_ctas_per_sm(kernel: hopper.HopperAssign) -> str:
+    """Compile `kernel`; its registers (allocated per warp in units of 256) and shared memory allow
+    kernel.ctas_per_sm CTAs on one SM, without spilling. Returns the SASS."""
     art = sass.compile_for(kernel, *hopper._placeholder_args(torch.bfloat16), arch="sm_90a")
     ctas = kernel.ctas_per_sm
     regs, = sass.registers(art.cubin).values()
     warps = hopper.THREADS // 32
-    assert ctas * warps * (-(-regs * 32 // 256) * 256) <= 65536, (D, regs, ctas)
+    assert ctas * warps * (-(-regs * 32 // 256) * 256) <= 65536, (kernel.D, regs, ctas)
     smem = kernel.shared_storage.size_in_bytes()
-    assert ctas * (smem + hopper.CTA_SMEM_RESERVED) <= hopper.SM_SMEM_BYTES, (D, smem, ctas)
+    assert ctas * (smem + hopper.CTA_SMEM_RESERVED) <= hopper.SM_SMEM_BYTES, (kernel.D, smem, ctas)
     assert "LDL" not in art.sass and "STL" not in art.sass       # the register cap costs no spills
+    return art.sass
+
+
+PROBES = Path(__file__).resolve().parent.parent / "data" / "measured" / "h200" / "probes"
+
+
+@pytest.mark.parametrize("build", ["SixteenByteLoads", "LazyWide"])
+@pytest.mark.parametrize("D", [64, 128])
+def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, D, monkeypatch):
+    """The builds that `probes/kmeans_fold_instructions_probe.py` times (prepared, to run on a GPU): each fits what
+    its ctas_per_sm promises with no spills, and fills its accumulators' norms by 16-byte loads, four registers
+    each (a thread's columns over 4: 16 loads per tile at 128 columns, 32 at 256) with none of 8 bytes."""
+    monkeypatch.syspath_prepend(str(PROBES))
+    probe = importlib.import_module("kmeans_fold_instructions_probe")
+    kernel = getattr(probe, build)("lazy_index", D, hopper._cutlass_dtype(torch.bfloat16))
+    ops = sass.histogram(assert_fits_its_ctas_per_sm(kernel))
+    assert ops["LDS.128"] == kernel.block_n // 8 and ops["LDS.64"] == 0, (ops["LDS.128"], ops["LDS.64"])
 
 
 def test_auto_variant_is_a_variant():
