@@ -15,8 +15,8 @@ import sys
 import pandas as pd
 import torch
 
-from gemm_kernels import gemm, hopper_options, rule, sweep
-from workbook import records, timing
+from gemm_kernels import gemm, hopper_options, rule
+from probe_rows import save, timed_rows
 
 _H = hopper_options.Options
 EXTRA = {
@@ -43,21 +43,8 @@ def main(out_dir):
             if f != "torch.matmul":      # cuBLAS may reduce split-K partials in bf16
                 out = fn(*ints)
                 assert torch.equal(out, want), (M, N, K, f, (out != want).sum().item())
-        base = f"pick: {pick}"
-        cmp = timing.compare(fns, sets, baseline=base, rounds=8, calls=20)
-        gpu = sweep.gpu_ms(fns, sets)
-        for f in fns:
-            for t in (timing.LATENCY, timing.KERNEL):
-                r = cmp.ratio(f, t)
-                rows.append(dict(M=M, N=N, K=K, contender=f, timing=t, us_median=1e3 * cmp.timing(f, t).ms_median,
-                                 vs=base, ratio=r.value, ratio_lo=r.lo, ratio_hi=r.hi, rounds=r.rounds))
-            rows.append(dict(M=M, N=N, K=K, contender=f, timing="gpu", us_median=1e3 * gpu[f], vs=base,
-                             ratio=gpu[f] / gpu[base]))
-        print(M, N, K, {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
-        df = pd.DataFrame(rows)
-        for key, value in records.provenance().items():
-            df[key] = value
-        df.to_csv(f"{out_dir}/gemm_unswept_pairs.csv", index=False)
+        rows += timed_rows(fns, sets, f"pick: {pick}", 8, M=M, N=N, K=K)
+        df = save(rows, f"{out_dir}/gemm_unswept_pairs.csv")
     pd.set_option("display.width", 220)
     print(df.pivot_table(index=["M", "N", "K", "contender"], columns="timing", values="ratio").round(3).to_string())
 

@@ -16,9 +16,9 @@ import cutlass.cute as cute
 import pandas as pd
 import torch
 
-from gemm_kernels import sweep
 from kmeans_kernels import bench, hopper
-from workbook import launch, records, timing
+from probe_rows import save, timed_rows
+from workbook import launch
 
 SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (65536, 64, 512), (262144, 128, 16384)]
 VARIANT = "lazy_index"
@@ -57,20 +57,6 @@ def launcher(kernel_class, D, dtype, grid_of=VARIANT):
 
 
 BUILDS = {"full": hopper.HopperAssign, "no fold": NoFold, "MMA / 4": QuarterMma, "no turns": NoTurns}
-def timed_rows(fns, sets, baseline, rounds, **shape):
-    """The builds `fns` taking turns against `baseline` (both timings, `rounds` interleaved rounds of 20 calls) and
-    their CUPTI GPU time: one row per build and timing, ratios to the baseline's."""
-    cmp = timing.compare(fns, sets, baseline=baseline, rounds=rounds, calls=20)
-    gpu = sweep.gpu_ms(fns, sets)
-    rows = []
-    for f in fns:
-        for t in (timing.LATENCY, timing.KERNEL):
-            r = cmp.ratio(f, t)
-            rows.append(dict(**shape, contender=f, timing=t, us_median=1e3 * cmp.timing(f, t).ms_median,
-                             ratio=r.value, ratio_lo=r.lo, ratio_hi=r.hi, rounds=r.rounds))
-        rows.append(dict(**shape, contender=f, timing="gpu", us_median=1e3 * gpu[f], ratio=gpu[f] / gpu[baseline]))
-    print(*shape.values(), {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
-    return rows
 
 
 def main(out_dir):
@@ -82,10 +68,7 @@ def main(out_dir):
             run, out = launcher(cls, D, sets[0][0].dtype), torch.empty(N, dtype=torch.int32, device="cuda")
             fns[name] = lambda x, c, c_sq, run=run, out=out: run(x, c, c_sq, out)
         rows += timed_rows(fns, sets, "full", 8, N=N, D=D, K=K)
-        df = pd.DataFrame(rows)
-        for key, value in records.provenance().items():
-            df[key] = value
-        df.to_csv(f"{out_dir}/kmeans_ablation.csv", index=False)
+        df = save(rows, f"{out_dir}/kmeans_ablation.csv")
 
     pd.set_option("display.width", 220)
     print(df[df.timing == "gpu"].pivot_table(index=["N", "D", "K"], columns="contender", values="us_median").round(1)

@@ -21,10 +21,10 @@ import cutlass.cute as cute
 import pandas as pd
 import torch
 
-from kmeans_ablation_probe import launcher, timed_rows
+from kmeans_ablation_probe import launcher
 from kmeans_kernels import bench, hopper
+from probe_rows import save, timed_rows
 from sustained_clocks import sustained
-from workbook import records
 
 SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 16384), (1048576, 128, 4096)]
 SUSTAINED = [(262144, 128, 16384), (65536, 64, 16384)]
@@ -96,14 +96,6 @@ def check(fns, sets):
         for name, answer in zip(fns, answers):
             if not torch.equal(answer, answers[0]):
                 raise SystemExit(f"{name}: {(answer != answers[0]).sum().item()} rows differ from {list(fns)[0]}")
-
-
-def save(rows, path):
-    df = pd.DataFrame(rows)
-    for key, value in records.provenance().items():
-        df[key] = value
-    df.to_csv(path, index=False)
-    return df
 
 
 def main(out_dir):
