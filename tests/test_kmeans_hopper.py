@@ -129,15 +129,16 @@ def assert_fits_its_ctas_per_sm(kernel: hopper.HopperAssign) -> str:
 PROBES = Path(__file__).resolve().parent.parent / "data" / "measured" / "h200" / "probes"
 
 
-@pytest.mark.parametrize("build", ["SixteenByteLoads", "LazyWide"])
+@pytest.mark.parametrize("build,variant", [("SixteenByteLoads", "lazy_index"), ("LazyWide", "lazy_index"),
+                                           ("SixteenByteLoads", "folded_norms")])
 @pytest.mark.parametrize("D", [64, 128])
-def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, D, monkeypatch):
+def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, variant, D, monkeypatch):
     """The builds that `probes/kmeans_fold_instructions_probe.py` times (prepared, to run on a GPU): each fits what
     its ctas_per_sm promises with no spills, and fills its accumulators' norms by 16-byte loads, four registers
     each (a thread's columns over 4: 16 loads per tile at 128 columns, 32 at 256) with none of 8 bytes."""
     monkeypatch.syspath_prepend(str(PROBES))
     probe = importlib.import_module("kmeans_fold_instructions_probe")
-    kernel = getattr(probe, build)("lazy_index", D, hopper._cutlass_dtype(torch.bfloat16))
+    kernel = getattr(probe, build)(variant, D, hopper._cutlass_dtype(torch.bfloat16))
     ops = sass.histogram(assert_fits_its_ctas_per_sm(kernel))
     assert ops["LDS.128"] == kernel.block_n // 8 and ops["LDS.64"] == 0, (ops["LDS.128"], ops["LDS.64"])
 

@@ -42,13 +42,13 @@ class NoTurns(hopper.HopperAssign):
         self.ping_pong = False
 
 
-def launcher(kernel_class, D, dtype, grid_of=VARIANT):
-    """A build of VARIANT launched through a launch cache as `hopper.launcher` does, its grid capped as the library
-    caps `grid_of`'s."""
-    kernel = kernel_class(VARIANT, D, hopper._cutlass_dtype(dtype))
+def launcher(kernel_class, D, dtype, variant=VARIANT, grid_of=None):
+    """A build of `variant` launched through a launch cache as `hopper.launcher` does, its grid capped as the
+    library caps `grid_of`'s (default: the variant's own)."""
+    kernel = kernel_class(variant, D, hopper._cutlass_dtype(dtype))
     compiled = cute.compile(kernel, *hopper._placeholder_args(dtype), options="--gpu-arch sm_90a")
     cache = launch.LaunchCache(compiled, device=0, pointers=4, reaimable=(2, 3))
-    ctas = hopper.grid_cap(grid_of, D, 0)
+    ctas = hopper.grid_cap(grid_of or variant, D, 0)
 
     def run(x, c, c_sq, out):
         addrs = (x.data_ptr(), c.data_ptr(), c_sq.data_ptr(), out.data_ptr(), x.shape[0], c.shape[0], ctas)

@@ -4,7 +4,8 @@
 the library reads each column pair once (an 8-byte load) and copies the pair into the second row's registers: 16
 LDS.64 and 32 register moves per tile and thread. `SixteenByteLoads` has the producer stage every norm twice, in
 the order of a thread's accumulator registers (`norms_layout`), so one 16-byte load fills four registers: 16 LDS.128
-and no moves (1 KiB per ring slot instead of 512 bytes; the same ring depth at every D). `LazyWide` is that on
+and no moves (1 KiB per ring slot instead of 512 bytes; the same ring depth at every D); at the K = 512 shapes the
+same against `folded_norms`, which `auto` runs there. `LazyWide` is that on
 `wide`'s 256-column tiles (one CTA per SM, its two warpgroups taking turns): a tile's vote, shuffles, compare and
 WGMMA issue shared by twice the columns, 1.46-1.49 tile-block instructions per score against 1.91-2.0 (SASS). Their
 answers are checked against the library's on every input set before they are timed.
@@ -27,6 +28,8 @@ from probe_rows import save, timed_rows
 from sustained_clocks import sustained
 
 SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 16384), (1048576, 128, 4096)]
+# where `auto` runs folded_norms (K < 4096): its build with 16-byte norm loads against the library's
+SMALL_K = [(65536, 64, 512), (65536, 128, 512)]
 SUSTAINED = [(262144, 128, 16384), (65536, 64, 16384)]
 
 
@@ -73,15 +76,15 @@ GRID_OF = {LazyWide: "wide"}      # one CTA per SM: one wave of persistent CTAs,
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(cls, D, dtype):
-    return launcher(cls, D, dtype, grid_of=GRID_OF.get(cls, "lazy_index"))
+def compiled(cls, D, dtype, variant):
+    return launcher(cls, D, dtype, variant=variant, grid_of=GRID_OF.get(cls))
 
 
-def builds(N, D, dtype):
+def builds(N, D, dtype, variant="lazy_index", names=tuple(BUILDS)):
     """{build name: fn(x, c, c_sq) -> out} for one shape."""
     fns = {}
-    for name, cls in BUILDS.items():
-        run, out = compiled(cls, D, dtype), torch.empty(N, dtype=torch.int32, device="cuda")
+    for name in names:
+        run, out = compiled(BUILDS[name], D, dtype, variant), torch.empty(N, dtype=torch.int32, device="cuda")
         fns[name] = lambda x, c, c_sq, run=run, out=out: (run(x, c, c_sq, out), out)[1]
     return fns
 
@@ -100,11 +103,13 @@ def check(fns, sets):
 
 def main(out_dir):
     rows, clocks = [], []
-    for N, D, K in SHAPES:
+    runs = [(shape, "lazy_index", tuple(BUILDS)) for shape in SHAPES]
+    runs += [(shape, "folded_norms", ("row copies", "16-byte loads")) for shape in SMALL_K]
+    for (N, D, K), variant, names in runs:
         sets = bench.input_sets(N, D, K)
-        fns = builds(N, D, sets[0][0].dtype)
+        fns = builds(N, D, sets[0][0].dtype, variant, names)
         check(fns, sets)
-        rows += timed_rows(fns, sets, "row copies", 10, N=N, D=D, K=K)
+        rows += timed_rows(fns, sets, "row copies", 10, N=N, D=D, K=K, variant=variant)
         df = save(rows, f"{out_dir}/kmeans_fold_instructions.csv")
     for N, D, K in SUSTAINED:
         x, c, c_sq = bench.input_sets(N, D, K)[0]
@@ -115,7 +120,7 @@ def main(out_dir):
                                **sustained(run, f"{out_dir}/smi.csv", 3.0, batch=10)))
         save(clocks, f"{out_dir}/kmeans_fold_instructions_clocks.csv")
     pd.set_option("display.width", 220)
-    print(df[df.timing != "gpu"].pivot_table(index=["N", "D", "K", "timing"], columns="contender",
+    print(df[df.timing != "gpu"].pivot_table(index=["variant", "N", "D", "K", "timing"], columns="contender",
                                                values=["ratio", "ratio_lo", "ratio_hi"]).round(3).to_string())
     print(pd.DataFrame(clocks)[["N", "D", "K", "build", "us_per_call", "sm_mhz_median", "power_w_median"]].to_string())
 
