@@ -16,7 +16,7 @@ grid-th one in turn: the consumers release the point buffer after their last WGM
 loads the next tile into it (prefetched into L2 a tile earlier) while they fold.
 
 **Two CTAs per SM.** The argmin of a tile and the WGMMAs of the next overlap *across* CTAs: the kernel is
-small enough (288 threads, at most 112 registers, about 112 KiB of shared memory up to D = 256) that two
+small enough (288 threads, at most 96 registers, about 112 KiB of shared memory up to D = 256) that two
 CTAs share each SM, and while one folds, the other's WGMMAs keep the tensor cores busy. Two accumulators per
 consumer would overlap inside one CTA instead, but at 232 registers per thread only one CTA fits an SM, and on
 the H200 that measured no faster than one accumulator (data/measured/h200/probes/kmeans_structures.csv).
@@ -163,8 +163,8 @@ def ping_pong_fits(D: int, block_n: int = WIDE_BLOCK_N, staged_norms: bool = Fal
 
 def ctas_per_sm(D: int, block_n: int = BLOCK_N, staged_norms: bool = False) -> int:
     """2 while half an SM holds the kernel: the point tile and a MIN_STAGES_TWO_CTAS-deep ring in shared
-    memory (D <= 256 for 16-bit inputs), and registers for 2 x 288 threads (at most 112 each), which a
-    64 x 128 accumulator (64 registers) leaves room for and a 64 x 256 one (128) does not. Else 1."""
+    memory (D <= 256 for 16-bit inputs), and registers for 2 x 288 threads (at most 96 each, `gpus.register_cap`),
+    which a 64 x 128 accumulator (64 registers) leaves room for and a 64 x 256 one (128) does not. Else 1."""
     fits_registers = block_n <= BLOCK_N
     return 2 if fits_registers and _ring_slots(D, 2, block_n, staged_norms) >= MIN_STAGES_TWO_CTAS else 1
 
@@ -266,10 +266,7 @@ class HopperAssign:
         out = cute.make_tensor(out_ptr, cute.make_layout(N))
         dtype = self.dtype
         d_pad = self.d_blocks * BLOCK_D
-        major = cute.nvgpu.OperandMajorMode.K      # x and c are D-contiguous: "K-major"
-        # two warpgroups stacked along M, each issuing 64 x block_n x 16 WGMMAs
-        tiled_mma = sm90_utils.make_trivial_tiled_mma(dtype, dtype, major, major, cutlass.Float32,
-                                                      (2, 1, 1), tiler_mn=(64, self.block_n))
+        tiled_mma = self._tiled_mma(dtype)
         row_major = cutlass.tensor_utils.LayoutEnum.ROW_MAJOR
         x_smem = sm90_utils.make_smem_layout_a(row_major, (BLOCK_M, self.block_n, d_pad), dtype, 1)
         c_smem = sm90_utils.make_smem_layout_b(row_major, (BLOCK_M, self.block_n, BLOCK_D), dtype, self.stages)
@@ -297,6 +294,13 @@ class HopperAssign:
             # the register cap that lets ctas_per_sm CTAs share an SM; the carveout asks for all the shared
             # memory up front (and lets the kernel compile on a machine without a GPU)
             min_blocks_per_mp=self.ctas_per_sm, preferred_smem_carveout=100, use_pdl=self.pdl)
+
+    def _tiled_mma(self, dtype, points=cute.nvgpu.warpgroup.OperandSource.SMEM):
+        """Two warpgroups stacked along M, each issuing 64 x block_n x 16 WGMMAs that read the points from
+        `points` (shared memory here) and the centroids from shared memory."""
+        major = cute.nvgpu.OperandMajorMode.K      # x and c are D-contiguous: "K-major"
+        return sm90_utils.make_trivial_tiled_mma(dtype, dtype, major, major, cutlass.Float32, (2, 1, 1),
+                                                 tiler_mn=(64, self.block_n), a_source=points)
 
     @cute.kernel
     def kernel(self, tma_x: cute.CopyAtom, mx: cute.Tensor, tma_c: cute.CopyAtom, mc: cute.Tensor,
@@ -386,7 +390,8 @@ class HopperAssign:
             best_score, best_index = reduce.new_winners(self.chains, 2)
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
             ctx = _ConsumerState(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
-                                 lane=lane, best_score=best_score, best_index=best_index, sn=sn)
+                                 lane=lane, best_score=best_score, best_index=best_index, sn=sn, sx=sx,
+                                 thr_mma=thr_mma, x_pipe=x_pipe)
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             # The ring positions and the MMA atom (its ACCUMULATE flag is state) are rebound at every step,
             # so that the DSL carries them through the loop.
@@ -400,6 +405,7 @@ class HopperAssign:
                 point_tile = block + i * grid_size
                 reduce.reset_winners(best_score, best_index)   # every tile, the first too: cheaper than a test
                 x_pipe.consumer_wait(x_state)
+                self._points_arrived(ctx, x_state)
                 for tile in cutlass.range(num_tiles, unroll=1):
                     if cutlass.const_expr(self.norms_in_acc):
                         # the accumulator starts at -0.5 * c_sq (before my turn: it only needs the tile's first slot)
@@ -422,8 +428,7 @@ class HopperAssign:
                         # every slot back to the producer before the argmin, so it refills them while we fold
                         release, held = self._retire(ctx, release, held, held)
                     if tile == num_tiles - 1:
-                        # my last WGMMAs on this point tile are done: its buffer may take the next one
-                        x_pipe.consumer_release(x_state)
+                        self._points_done(ctx, x_state)
                     self._argmin(ctx, acc, tile)
                 x_state.advance()
 
@@ -436,6 +441,13 @@ class HopperAssign:
                             out[row] = best_index[0, r]
 
     # ---- consumer steps: plain Python, run at trace time; every loop here is unrolled ----
+
+    def _points_arrived(self, k, x_state):
+        """The point tile is in shared memory, where the WGMMAs read it: nothing to do."""
+
+    def _points_done(self, k, x_state):
+        """My last WGMMAs on this point tile are done: its buffer may take the next one."""
+        k.x_pipe.consumer_release(x_state)
 
     def _issue(self, k, mma, acc, read, release, held: int):
         """Issue the WGMMAs of one centroid tile into `acc`, one commit group per ring slot.

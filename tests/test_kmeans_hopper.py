@@ -17,7 +17,7 @@ import torch
 
 import kmeans_kernels
 from kmeans_kernels import hopper, reference
-from workbook import sass
+from workbook import gpus, sass
 
 VARIANTS = hopper.VARIANTS
 POISON = -7
@@ -118,8 +118,7 @@ def assert_fits_its_ctas_per_sm(kernel: hopper.HopperAssign) -> str:
     art = sass.compile_for(kernel, *hopper._placeholder_args(torch.bfloat16), arch="sm_90a")
     ctas = kernel.ctas_per_sm
     regs, = sass.registers(art.cubin).values()
-    warps = hopper.THREADS // 32
-    assert ctas * warps * (-(-regs * 32 // 256) * 256) <= 65536, (kernel.D, regs, ctas)
+    assert gpus.ctas_by_registers(regs, hopper.THREADS) >= ctas, (kernel.D, regs, ctas)
     smem = kernel.shared_storage.size_in_bytes()
     assert ctas * (smem + hopper.CTA_SMEM_RESERVED) <= hopper.SM_SMEM_BYTES, (kernel.D, smem, ctas)
     assert "LDL" not in art.sass and "STL" not in art.sass       # the register cap costs no spills
@@ -141,6 +140,28 @@ def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, varia
     kernel = getattr(probe, build)(variant, D, hopper._cutlass_dtype(torch.bfloat16))
     ops = sass.histogram(assert_fits_its_ctas_per_sm(kernel))
     assert ops["LDS.128"] == kernel.block_n // 8 and ops["LDS.64"] == 0, (ops["LDS.128"], ops["LDS.64"])
+
+
+@pytest.mark.parametrize("D", [64, 128])
+def test_points_in_registers_probe_builds_differ_only_in_where_the_points_are_read(D, monkeypatch):
+    """The builds that `probes/kmeans_points_in_registers_probe.py` times (prepared, to run on a GPU): both fit one
+    CTA per SM with no spills and issue the same WGMMAs; the register build reads the points from its registers
+    (HGMMA's A operand a register, not a descriptor) after loading them once per point tile (D / 2 32-bit loads)."""
+    monkeypatch.syspath_prepend(str(PROBES))
+    probe = importlib.import_module("kmeans_points_in_registers_probe")
+    ops = {}
+    for name in ("shared, 1 CTA/SM", "registers, 1 CTA/SM"):
+        kernel = probe.BUILDS[name][0]("lazy_index", D, hopper._cutlass_dtype(torch.bfloat16))
+        assert kernel.ctas_per_sm == 1 and kernel.stages == hopper.MAX_STAGES
+        code = assert_fits_its_ctas_per_sm(kernel)
+        ops[name] = sass.histogram(code)
+        a_operands = {ins.operands[1][:1] for ins in sass.instructions(code) if ins.opcode.startswith("HGMMA")}
+        assert a_operands == ({"R"} if name.startswith("registers") else {"g"}), a_operands
+    shared, registers = ops.values()
+    hgmma = "HGMMA.64x128x16.F32.BF16"
+    assert shared[hgmma] == registers[hgmma] == D // 16
+    assert registers["LDS"] - shared["LDS"] == D // 4      # 64 rows x D / 128 threads / 2 per load, per tile
+    assert registers["WARPGROUP.DEPBAR.LE"] == shared["WARPGROUP.DEPBAR.LE"]    # no WGMMA serialized
 
 
 def test_auto_variant_is_a_variant():

@@ -131,6 +131,35 @@ H200 = GpuSpec(
 
 _KNOWN = {"b200": B200, "h200": H200}
 
+# An SM's register file, as ptxas sizes a kernel for sm_90 and sm_100: four sub-partitions (one per warp scheduler)
+# of 16384 32-bit registers each, the warps of the resident CTAs dealt to them in turn, a warp's registers taken in
+# steps of 256 (8 per thread), at most 255 per thread.
+SUBPARTITIONS = 4
+REGISTERS_PER_SUBPARTITION = 16384
+MAX_WARPS_PER_SM = 64
+
+
+def register_cap(threads_per_cta: int, ctas_per_sm: int) -> int:
+    """The most registers per thread that let `ctas_per_sm` CTAs of `threads_per_cta` share an SM, which ptxas holds
+    a kernel to under `min_blocks_per_mp`: the sub-partition dealt the most warps must hold them all. Two CTAs of 288
+    threads (18 warps, 5 on some sub-partition) get 96, not the 112 that 65536 / (2 x 288) suggests; of 256, 128
+    (ptxas 13.0 compiled a kernel that needs 106 in 106 registers at 256 threads, spilled it at 288 and refused it
+    at 384 with "insufficient registers (80)")."""
+    warps = ctas_per_sm * -(-threads_per_cta // 32)
+    per_subpartition = -(-warps // SUBPARTITIONS)
+    return min(255, REGISTERS_PER_SUBPARTITION // (32 * per_subpartition) // 8 * 8)
+
+
+def ctas_by_registers(registers: int, threads_per_cta: int) -> int:
+    """How many CTAs of `threads_per_cta` using `registers` per thread the register file lets share an SM (at most
+    the SM's 64 resident warps)."""
+    if registers < 1:
+        raise ValueError(f"registers must be >= 1, got {registers}")
+    warps, ctas = -(-threads_per_cta // 32), 0
+    while (ctas + 1) * warps <= MAX_WARPS_PER_SM and register_cap(threads_per_cta, ctas + 1) >= registers:
+        ctas += 1
+    return ctas
+
 
 def get(gpu: str | GpuSpec) -> GpuSpec:
     """A spec by short name ("b200", "h200"), full name ("NVIDIA H200"), or the spec itself."""

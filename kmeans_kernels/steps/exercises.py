@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kmeans_kernels import sass_checks
 from kmeans_kernels.steps import anatomy
-from workbook import sass, stepper
+from workbook import gpus, sass, stepper
 from workbook.exercises import Verdict
 
 
@@ -124,13 +124,18 @@ def two_ctas_up_to(answer) -> Verdict:
 
 def register_cap(answer) -> Verdict:
     """With two CTAs of 288 threads per SM, how many registers may a thread use at most?"""
-    want = (65536 // (2 * 9) // 32) // 8 * 8        # per warp, in units of 8 registers per thread (256 per warp)
+    want = gpus.register_cap(288, 2)
     got = _number(answer, "registers per thread")
     art = _compiled("step4_hopper")
     regs = max(sass.registers(art.cubin).values())
-    return Verdict(got == want, (f"65536 registers / (2 x 9 warps) = 3640 per warp, allocated in steps of 256: 3584, "
-                                 f"i.e. {want} per thread. ptxas gave step 4 {regs}.") if got == want else
-                   "65536 registers per SM, shared by 2 CTAs of 9 warps; a warp's registers come in steps of 256.")
+    if got == want:
+        return Verdict(True, f"The 18 warps are dealt to the SM's four sub-partitions in turn, so one holds 5, and a "
+                             f"sub-partition has 16384 registers: 16384 / (5 x 32) = 102, in steps of 8: {want}. "
+                             f"ptxas gave step 4 {regs}.")
+    hint = ("65536 / (2 x 288) = 113, in steps of 8 would be 112; but the register file is four sub-partitions of "
+            "16384, one per warp scheduler, and each warp's registers come from one of them." if got == 112 else
+            "65536 registers per SM, shared by 2 CTAs of 9 warps; a warp's registers come in steps of 256.")
+    return Verdict(False, hint)
 
 
 def ring_slots(answer, D: int = 128) -> Verdict:

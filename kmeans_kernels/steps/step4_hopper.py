@@ -58,7 +58,7 @@ def _ring_slots(D: int, block_n: int, ctas: int) -> int:
 
 
 def ctas_per_sm(D: int, block_n: int = BLOCK_N) -> int:
-    """2 where a 128-wide accumulator fits the 112-register cap and half an SM still holds a 3-slot ring, else 1."""
+    """2 where a 128-wide accumulator fits the 96-register cap and half an SM still holds a 3-slot ring, else 1."""
     return 2 if block_n == BLOCK_N and _ring_slots(D, block_n, 2) >= MIN_STAGES_TWO_CTAS else 1
 
 

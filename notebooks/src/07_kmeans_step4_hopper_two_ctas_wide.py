@@ -36,9 +36,10 @@ print(NOTE)
 # ## 1. The idea and its arithmetic
 #
 # **Two CTAs per SM** (`wide=False`, 128-wide tiles): while one CTA folds a tile, the other's WGMMAs run. Each CTA then
-# gets half the SM's shared memory (the ring shrinks) and at most 65536 / (2 × 288) registers per thread (112, as
-# registers come in steps of 256 per warp), which the launch asks ptxas for with `min_blocks_per_mp=2`. A 64 × 128 fp32
-# accumulator is 64 of them. **Wide ping-pong** (`wide=True`): a 64 × 256 accumulator is 128 registers, too many for two
+# gets half the SM's shared memory (the ring shrinks) and at most 96 registers per thread, which the launch asks ptxas
+# for with `min_blocks_per_mp=2`. Not the 112 that 65536 / (2 × 288) suggests: the register file is four sub-partitions
+# of 16384, one per warp scheduler, the 18 warps are dealt to them in turn (five to some), and 16384 / (5 × 32) = 102,
+# in steps of 8, is 96 (`gpus.register_cap`). A 64 × 128 fp32 accumulator is 64 of them. **Wide ping-pong** (`wide=True`): a 64 × 256 accumulator is 128 registers, too many for two
 # CTAs; instead the two warpgroups take turns at the tensor cores (named barriers 1 and 2), one folding tile `t` while
 # the other's WGMMAs for `t` run, and every WGMMA reads the point tile once per 256 centroids instead of 128.
 
@@ -92,8 +93,9 @@ for checker, answer in ((exercises.two_ctas_up_to, my_d_max), (exercises.registe
 # %% [markdown]
 # <details><summary>Solution</summary>
 #
-# `exercises.two_ctas_up_to(256)`, `exercises.register_cap(112)`, `exercises.ring_slots(5)`: at `D = 256` the point
-# tile is 64 KiB and three 16 KiB slots still fit half an SM; past it a CTA would get two.
+# `exercises.two_ctas_up_to(256)`, `exercises.register_cap(96)`, `exercises.ring_slots(5)`: at `D = 256` the point
+# tile is 64 KiB and three 16 KiB slots still fit half an SM; past it a CTA would get two. Two CTAs of 256 threads
+# would get 128 registers each (`gpus.register_cap(256, 2)`): the producer warp costs every thread 32.
 # </details>
 #
 # ## 2. The code that changed

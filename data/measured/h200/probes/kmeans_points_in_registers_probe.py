@@ -1,0 +1,102 @@
+"""Probe: does a WGMMA that reads the points from registers instead of shared memory cost less energy?
+
+At the board's power cap time is energy (`kmeans_ablation_clocks_*.csv`: the WGMMAs alone hold the board at
+700 W), and a WGMMA that reads both operands from shared memory reads a warpgroup's point rows again for every 128
+centroids: of the 6 KiB a 64 x 128 x 16 step reads, 2 KiB are points that never change within a point tile.
+`PointsInRegisters` copies a warpgroup's points into registers once per point tile (16 registers per thread at
+D = 64, 32 at D = 128) and issues register-operand WGMMAs: a third less shared-memory traffic per score. Its point
+buffer goes back to the producer as soon as the copy is done, so the next point tile loads under the whole walk.
+
+The library's build cannot take the registers: two CTAs of 288 threads share an SM, and ptxas then holds a thread
+to 96 registers (the register build needs 106 at D = 64; it spilled and serialized its WGMMAs at the cap, C7512).
+So the question is asked at one CTA per SM, where both builds have room (`OneCtaPerSm`: the ring as deep as one
+CTA's shared memory allows, one wave of persistent CTAs, so no second CTA shares an SM): the same kernel with the
+points read from shared memory or from registers. If registers pay at the cap, the next step is a CTA without the
+producer warp (256 threads, where two CTAs per SM get 128 registers each).
+Answers are checked against the library's build on every input set first; CUPTI GPU time and both timings against
+the shared-memory build, then each build back to back for 3 s at two shapes, SM clock and board power sampled.
+    python kmeans_points_in_registers_probe.py OUT_DIR
+(its run: kmeans_points_in_registers_<commit>.csv and kmeans_points_in_registers_clocks_<commit>.csv)"""
+import functools
+import sys
+
+import cutlass.cute as cute
+import pandas as pd
+import torch
+
+from kmeans_ablation_probe import launcher
+from kmeans_fold_instructions_probe import check
+from kmeans_kernels import bench, hopper
+from probe_rows import save, timed_rows
+from sustained_clocks import sustained
+
+SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 16384), (1048576, 128, 4096)]
+SUSTAINED = [(65536, 64, 16384), (262144, 128, 16384)]
+RMEM = cute.nvgpu.warpgroup.OperandSource.RMEM
+
+
+class OneCtaPerSm(hopper.HopperAssign):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.ctas_per_sm = 1
+        self.stages = min(hopper.MAX_STAGES, hopper._ring_slots(self.D, 1, self.block_n, self.norms_in_acc))
+        self.norm_words = self.stages * self.block_n if self.norms_in_acc else 1
+
+
+class PointsInRegisters(OneCtaPerSm):
+    def _tiled_mma(self, dtype, points=RMEM):
+        return super()._tiled_mma(dtype, points)
+
+    def _points_arrived(self, k, x_state):
+        # this thread's share of its warpgroup's points, once per point tile; then the buffer goes back
+        cute.autovec_copy(k.thr_mma.partition_A(k.sx), k.frag_x)
+        cute.nvgpu.warpgroup.fence()
+        k.x_pipe.consumer_release(x_state)
+
+    def _points_done(self, k, x_state):
+        """Released when it arrived."""
+
+
+BUILDS = {"library": (hopper.HopperAssign, None), "shared, 1 CTA/SM": (OneCtaPerSm, "wide"),
+          "registers, 1 CTA/SM": (PointsInRegisters, "wide")}     # "wide": one wave, a CTA per SM
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(name, D, dtype):
+    cls, grid_of = BUILDS[name]
+    return launcher(cls, D, dtype, variant="lazy_index", grid_of=grid_of)
+
+
+def builds(N, D, dtype):
+    """{build name: fn(x, c, c_sq) -> out} for one shape."""
+    fns = {}
+    for name in BUILDS:
+        run, out = compiled(name, D, dtype), torch.empty(N, dtype=torch.int32, device="cuda")
+        fns[name] = lambda x, c, c_sq, run=run, out=out: (run(x, c, c_sq, out), out)[1]
+    return fns
+
+
+def main(out_dir):
+    rows, clocks = [], []
+    for N, D, K in SHAPES:
+        sets = bench.input_sets(N, D, K)
+        fns = builds(N, D, sets[0][0].dtype)
+        check(fns, sets)
+        rows += timed_rows(fns, sets, "shared, 1 CTA/SM", 10, N=N, D=D, K=K)
+        df = save(rows, f"{out_dir}/kmeans_points_in_registers.csv")
+    for N, D, K in SUSTAINED:
+        x, c, c_sq = bench.input_sets(N, D, K)[0]
+        fns = builds(N, D, x.dtype)
+        for turn, name in enumerate(list(fns)[1:] * 2):     # A B A B: the two 1-CTA builds, taking turns
+            run = functools.partial(fns[name], x, c, c_sq)
+            clocks.append(dict(N=N, D=D, K=K, build=name, turn=turn,
+                               **sustained(run, f"{out_dir}/smi.csv", 3.0, batch=10)))
+        save(clocks, f"{out_dir}/kmeans_points_in_registers_clocks.csv")
+    pd.set_option("display.width", 220)
+    print(df[df.timing != "gpu"].pivot_table(index=["N", "D", "K", "timing"], columns="contender",
+                                               values=["ratio", "ratio_lo", "ratio_hi"]).round(3).to_string())
+    print(pd.DataFrame(clocks)[["N", "D", "K", "build", "us_per_call", "sm_mhz_median", "power_w_median"]].to_string())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
