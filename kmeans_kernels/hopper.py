@@ -96,6 +96,7 @@ MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring
 CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
 PRODUCER_WARP = 8      # warp 8 issues every TMA
 THREADS = 32 * (CONSUMER_WARPS + 1)
+INLINE_PRODUCER_WARP = 4   # with `inline_producer`: the first warp of warpgroup 1, which gives each tile's slots back last
 TURN_BARRIER = 1       # named barriers 1, 2: "warpgroup 0's / 1's turn to issue WGMMA" (0 is __syncthreads)
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -254,6 +255,8 @@ class HopperAssign:
         self.norm_words = self.stages * spec.block_n if spec.staged_norms else 1
         self.ctas_per_sm = ctas_per_sm(D, self.block_n, spec.staged_norms)
         self.dtype = dtype
+        # no producer warp: warp INLINE_PRODUCER_WARP fills the ring between its own tiles (ping-pong builds only)
+        self.inline_producer = False
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, c_sq_ptr: cute.Pointer, out_ptr: cute.Pointer,
@@ -290,10 +293,14 @@ class HopperAssign:
         # at most `ctas` CTAs, each taking every ctas-th point tile (`grid_cap`)
         grid = (cutlass.min(cute.ceil_div(x.shape[0], BLOCK_M), ctas), 1, 1)
         self.kernel(tma_x, tma_x_tensor, tma_c, tma_c_tensor, c_sq, out, tiled_mma, x_smem, c_smem).launch(
-            grid=grid, block=[THREADS, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
+            grid=grid, block=[self.threads, 1, 1], smem=SharedStorage.size_in_bytes(), stream=stream,
             # the register cap that lets ctas_per_sm CTAs share an SM; the carveout asks for all the shared
             # memory up front (and lets the kernel compile on a machine without a GPU)
             min_blocks_per_mp=self.ctas_per_sm, preferred_smem_carveout=100, use_pdl=self.pdl)
+
+    @property
+    def threads(self) -> int:
+        return THREADS - 32 if self.inline_producer else THREADS
 
     def _tiled_mma(self, dtype, points=cute.nvgpu.warpgroup.OperandSource.SMEM):
         """Two warpgroups stacked along M, each issuing 64 x block_n x 16 WGMMAs that read the points from
@@ -315,8 +322,9 @@ class HopperAssign:
         # this CTA's point tiles: block, block + grid_size, ... below ceil(N / BLOCK_M)
         my_point_tiles = (cute.ceil_div(N, BLOCK_M) - 1 - block) // grid_size + 1
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        producer_warp = INLINE_PRODUCER_WARP if self.inline_producer else PRODUCER_WARP
 
-        if warp == PRODUCER_WARP:
+        if warp == producer_warp:
             cute.nvgpu.cpasync.prefetch_descriptor(tma_x)
             cute.nvgpu.cpasync.prefetch_descriptor(tma_c)
 
@@ -349,36 +357,22 @@ class HopperAssign:
             cute.arch.griddepcontrol_wait()
             cute.arch.griddepcontrol_launch_dependents()
 
-        if warp == PRODUCER_WARP:
+        put = _Handles(ring=ring, x_pipe=x_pipe, tma_x=tma_x, tma_gx=tma_gx, tma_sx=tma_sx, tma_c=tma_c,
+                       tma_gc=tma_gc, tma_sc=tma_sc, c_sq=c_sq, sn=sn, K=K, lane=tidx % 32)
+        # a Python False with an inline producer: no producer branch is traced at all
+        producer_here = False if cutlass.const_expr(self.inline_producer) else warp == PRODUCER_WARP
+        if producer_here:
             # ---------------- producer: one warp issues every TMA ----------------
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
             slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
             for i in cutlass.range(my_point_tiles, unroll=1):
                 point_tile = block + i * grid_size
-                # the point tile once the consumers' last WGMMAs on the one before are done with its buffer
-                x_pipe.producer_acquire(x_state)
-                cute.copy(tma_x, tma_gx[(None, point_tile)], tma_sx[(None, 0)],
-                          tma_bar_ptr=x_pipe.producer_get_barrier(x_state))
-                x_pipe.producer_commit(x_state)
-                x_state.advance()
+                x_state = self._load_points(put, x_state, point_tile)
                 if i + 1 < my_point_tiles:
                     # the next one into L2 now, so that its load waits for L2, not DRAM
                     cute.prefetch(tma_x, tma_gx[(None, point_tile + grid_size)])
                 for tile in cutlass.range(num_tiles, unroll=1):
-                    for db in cutlass.range_constexpr(self.d_blocks):
-                        if cutlass.const_expr(self.norms_in_acc and db == 0):
-                            # the tile's norms go beside its first slot before the slot's "full" arrive, which
-                            # publishes them with the TMA bytes (the warp's stores ordered before it by sync_warp)
-                            ring.sync_object_empty.wait(slot.index, slot.phase)
-                            self._stage_norms(c_sq, sn, slot.index, tile, K, tidx % 32)
-                            cute.arch.sync_warp()
-                            ring.sync_object_full.arrive(slot.index, ring.producer_mask)
-                        else:
-                            ring.producer_acquire(slot)
-                        cute.copy(tma_c, tma_gc[(None, tile, db)], tma_sc[(None, slot.index)],
-                                  tma_bar_ptr=ring.producer_get_barrier(slot))
-                        ring.producer_commit(slot)
-                        slot.advance()
+                    slot = self._fill_tile(put, slot, tile)
             ring.producer_tail(slot)
         else:
             # ---------------- consumers (warps 0-7): WGMMA, then the argmin of the tile ----------------
@@ -389,9 +383,9 @@ class HopperAssign:
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.block_n)))
             best_score, best_index = reduce.new_winners(self.chains, 2)
             x_state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, 1)
-            ctx = _ConsumerState(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
-                                 lane=lane, best_score=best_score, best_index=best_index, sn=sn, sx=sx,
-                                 thr_mma=thr_mma, x_pipe=x_pipe)
+            ctx = _Handles(frag_x=frag_x, frag_c=frag_c, ring=ring, coords=coords, c_sq=c_sq, K=K,
+                           lane=lane, best_score=best_score, best_index=best_index, sn=sn, sx=sx,
+                           thr_mma=thr_mma, x_pipe=x_pipe)
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             # The ring positions and the MMA atom (its ACCUMULATE flag is state) are rebound at every step,
             # so that the DSL carries them through the loop.
@@ -401,9 +395,19 @@ class HopperAssign:
             consumer_wg = tidx // 128
             # the warpgroups' turns run on across point tiles (no count of them: tiles x centroid tiles can pass 2^31)
             last_point_tile = my_point_tiles - 1
+            if cutlass.const_expr(self.inline_producer):
+                x_put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
+                slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
+                ahead = self.stages // self.d_blocks     # whole tiles the ring holds
             for i in cutlass.range(my_point_tiles, unroll=1):
                 point_tile = block + i * grid_size
                 reduce.reset_winners(best_score, best_index)   # every tile, the first too: cheaper than a test
+                if cutlass.const_expr(self.inline_producer):
+                    if warp == INLINE_PRODUCER_WARP:
+                        # the point tile once both warpgroups are done with the last, then the ring's first tiles
+                        x_put = self._load_points(put, x_put, point_tile)
+                        for t in cutlass.range(cutlass.min(ahead, num_tiles), unroll=1):
+                            slot = self._fill_tile(put, slot, t)
                 x_pipe.consumer_wait(x_state)
                 self._points_arrived(ctx, x_state)
                 for tile in cutlass.range(num_tiles, unroll=1):
@@ -424,6 +428,10 @@ class HopperAssign:
                         # slot by slot, oldest first: the producer refills a slot as soon as both are done with it
                         for _ in cutlass.range_constexpr(held):
                             release, held = self._retire(ctx, release, held, 1)
+                        if cutlass.const_expr(self.inline_producer):
+                            # warpgroup 1 gives a tile's slots back after warpgroup 0: refill them, `ahead` on
+                            if warp == INLINE_PRODUCER_WARP and tile + ahead < num_tiles:
+                                slot = self._fill_tile(put, slot, tile + ahead)
                     else:
                         # every slot back to the producer before the argmin, so it refills them while we fold
                         release, held = self._retire(ctx, release, held, held)
@@ -440,7 +448,34 @@ class HopperAssign:
                         if row < N:
                             out[row] = best_index[0, r]
 
-    # ---- consumer steps: plain Python, run at trace time; every loop here is unrolled ----
+    # ---- producer and consumer steps: plain Python, run at trace time; every loop here is unrolled ----
+
+    def _load_points(self, p, x_state, point_tile):
+        """Producer: the point tile into its buffer, once the consumers' last WGMMAs on the one before are done."""
+        p.x_pipe.producer_acquire(x_state)
+        cute.copy(p.tma_x, p.tma_gx[(None, point_tile)], p.tma_sx[(None, 0)],
+                  tma_bar_ptr=p.x_pipe.producer_get_barrier(x_state))
+        p.x_pipe.producer_commit(x_state)
+        x_state.advance()
+        return x_state
+
+    def _fill_tile(self, p, slot, tile):
+        """Producer: centroid tile `tile` into the ring, a slot per D block, each once the consumers gave it back."""
+        for db in range(self.d_blocks):
+            if cutlass.const_expr(self.norms_in_acc and db == 0):
+                # the tile's norms go beside its first slot before the slot's "full" arrive, which publishes them
+                # with the TMA bytes (the warp's stores ordered before it by sync_warp)
+                p.ring.sync_object_empty.wait(slot.index, slot.phase)
+                self._stage_norms(p.c_sq, p.sn, slot.index, tile, p.K, p.lane)
+                cute.arch.sync_warp()
+                p.ring.sync_object_full.arrive(slot.index, p.ring.producer_mask)
+            else:
+                p.ring.producer_acquire(slot)
+            cute.copy(p.tma_c, p.tma_gc[(None, tile, db)], p.tma_sc[(None, slot.index)],
+                      tma_bar_ptr=p.ring.producer_get_barrier(slot))
+            p.ring.producer_commit(slot)
+            slot.advance()
+        return slot
 
     def _points_arrived(self, k, x_state):
         """The point tile is in shared memory, where the WGMMAs read it: nothing to do."""
@@ -541,8 +576,8 @@ class HopperAssign:
             reduce.scan_ilp2(dots, half_norms, cols, k.best_score, k.best_index)
 
 
-class _ConsumerState:
-    """What the consumer steps share; a plain bag of trace-time handles."""
+class _Handles:
+    """What the producer's or the consumers' steps share; a plain bag of trace-time handles."""
 
     def __init__(self, **handles):
         self.__dict__.update(handles)

@@ -118,7 +118,7 @@ def assert_fits_its_ctas_per_sm(kernel: hopper.HopperAssign) -> str:
     art = sass.compile_for(kernel, *hopper._placeholder_args(torch.bfloat16), arch="sm_90a")
     ctas = kernel.ctas_per_sm
     regs, = sass.registers(art.cubin).values()
-    assert gpus.ctas_by_registers(regs, hopper.THREADS) >= ctas, (kernel.D, regs, ctas)
+    assert gpus.ctas_by_registers(regs, kernel.threads) >= ctas, (kernel.D, regs, ctas)
     smem = kernel.shared_storage.size_in_bytes()
     assert ctas * (smem + hopper.CTA_SMEM_RESERVED) <= hopper.SM_SMEM_BYTES, (kernel.D, smem, ctas)
     assert "LDL" not in art.sass and "STL" not in art.sass       # the register cap costs no spills
@@ -143,16 +143,19 @@ def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, varia
 
 
 @pytest.mark.parametrize("D", [64, 128])
-def test_points_in_registers_probe_builds_differ_only_in_where_the_points_are_read(D, monkeypatch):
-    """The builds that `probes/kmeans_points_in_registers_probe.py` times (prepared, to run on a GPU): both fit one
-    CTA per SM with no spills and issue the same WGMMAs; the register build reads the points from its registers
-    (HGMMA's A operand a register, not a descriptor) after loading them once per point tile (D / 2 32-bit loads)."""
+@pytest.mark.parametrize("form,ctas,threads", [("1 CTA/SM", 1, hopper.THREADS), ("256 threads", 2, 256)])
+def test_points_in_registers_probe_builds_differ_only_in_where_the_points_are_read(D, form, ctas, threads,
+                                                                                   monkeypatch):
+    """The builds that `probes/kmeans_points_in_registers_probe.py` times (prepared, to run on a GPU), in pairs: both
+    fit their CTAs per SM (one of 288 threads; two of 256, the producer warp's work done by warp 4) with no spills and
+    issue the same WGMMAs with as many waits (none serialized); the register build reads the points from its
+    registers (HGMMA's A operand a register, not a descriptor) after loading them once per point tile."""
     monkeypatch.syspath_prepend(str(PROBES))
     probe = importlib.import_module("kmeans_points_in_registers_probe")
     ops = {}
-    for name in ("shared, 1 CTA/SM", "registers, 1 CTA/SM"):
+    for name in (f"shared, {form}", f"registers, {form}"):
         kernel = probe.BUILDS[name][0]("lazy_index", D, hopper._cutlass_dtype(torch.bfloat16))
-        assert kernel.ctas_per_sm == 1 and kernel.stages == hopper.MAX_STAGES
+        assert (kernel.ctas_per_sm, kernel.threads) == (ctas, threads)
         code = assert_fits_its_ctas_per_sm(kernel)
         ops[name] = sass.histogram(code)
         a_operands = {ins.operands[1][:1] for ins in sass.instructions(code) if ins.opcode.startswith("HGMMA")}

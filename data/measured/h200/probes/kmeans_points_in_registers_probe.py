@@ -1,21 +1,26 @@
-"""Probe: does a WGMMA that reads the points from registers instead of shared memory cost less energy?
+"""Probe: does a WGMMA that reads the points from registers instead of shared memory cost less energy, and can the
+two-CTA kernel afford the registers without its producer warp?
 
 At the board's power cap time is energy (`kmeans_ablation_clocks_*.csv`: the WGMMAs alone hold the board at
 700 W), and a WGMMA that reads both operands from shared memory reads a warpgroup's point rows again for every 128
 centroids: of the 6 KiB a 64 x 128 x 16 step reads, 2 KiB are points that never change within a point tile.
-`PointsInRegisters` copies a warpgroup's points into registers once per point tile (16 registers per thread at
-D = 64, 32 at D = 128) and issues register-operand WGMMAs: a third less shared-memory traffic per score. Its point
-buffer goes back to the producer as soon as the copy is done, so the next point tile loads under the whole walk.
+`RegisterPoints` copies a warpgroup's points into registers once per point tile (16 registers per thread at D = 64,
+32 at D = 128) and issues register-operand WGMMAs: a third less shared-memory traffic per score. Its point buffer
+goes back to the producer as soon as the copy is done.
 
-The library's build cannot take the registers: two CTAs of 288 threads share an SM, and ptxas then holds a thread
-to 96 registers (the register build needs 106 at D = 64; it spilled and serialized its WGMMAs at the cap, C7512).
-So the question is asked at one CTA per SM, where both builds have room (`OneCtaPerSm`: the ring as deep as one
-CTA's shared memory allows, one wave of persistent CTAs, so no second CTA shares an SM): the same kernel with the
-points read from shared memory or from registers. If registers pay at the cap, the next step is a CTA without the
-producer warp (256 threads, where two CTAs per SM get 128 registers each).
-Answers are checked against the library's build on every input set first; CUPTI GPU time and both timings against
-the shared-memory build, then each build back to back for 3 s at two shapes, SM clock and board power sampled.
-    python kmeans_points_in_registers_probe.py OUT_DIR
+The library's build cannot take the registers: two CTAs of 288 threads per SM get at most 96 registers a thread
+(`gpus.register_cap`), lazy_index uses 90, and the register build spilled there and ptxas serialized its WGMMAs.
+Two ways to give it room, five builds of `lazy_index` in all:
+  * at one CTA per SM (`OneCtaPerSm`: the ring as deep as one CTA's shared memory allows, one wave of persistent
+    CTAs), the points from shared memory against registers: the operand source alone;
+  * at two CTAs per SM without the producer warp (`hopper.HopperAssign.inline_producer`: 256 threads, 128 registers
+    each; the first warp of warpgroup 1, which gives each tile's slots back last, loads the point tile and refills
+    the ring between its own tiles), from shared memory against registers; the first against the library says what
+    the producer warp is worth.
+Answers are checked against the library's build on every input set first. CUPTI GPU time and both timings: the
+register builds against their shared-memory twins, the others against the library; then each of the four builds
+back to back for 3 s at two shapes, taking turns, SM clock and board power sampled (energy per call).
+    timeout 600 python kmeans_points_in_registers_probe.py OUT_DIR   (a new ring protocol: a hang ends at the timeout)
 (its run: kmeans_points_in_registers_<commit>.csv and kmeans_points_in_registers_clocks_<commit>.csv)"""
 import functools
 import sys
@@ -26,12 +31,14 @@ import torch
 
 from kmeans_ablation_probe import launcher
 from kmeans_fold_instructions_probe import check
-from kmeans_kernels import bench, hopper
+from kmeans_kernels import bench, hopper, reference
 from probe_rows import save, timed_rows
 from sustained_clocks import sustained
 
 SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 16384), (1048576, 128, 4096)]
 SUSTAINED = [(65536, 64, 16384), (262144, 128, 16384)]
+# checked only, on small integers (exact, with ties) against the reference: tails, and fewer tiles than the ring holds
+EXACT = [(5, 64, 1), (300, 64, 129), (1000, 64, 300), (777, 128, 130), (4099, 128, 1000), (2000, 64, 5000)]
 RMEM = cute.nvgpu.warpgroup.OperandSource.RMEM
 
 
@@ -43,7 +50,14 @@ class OneCtaPerSm(hopper.HopperAssign):
         self.norm_words = self.stages * self.block_n if self.norms_in_acc else 1
 
 
-class PointsInRegisters(OneCtaPerSm):
+class InlineProducer(hopper.HopperAssign):
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.inline_producer = True
+
+
+class RegisterPoints:
+    """Mixed into a build: the points copied into registers once per point tile, the WGMMAs reading them there."""
     def _tiled_mma(self, dtype, points=RMEM):
         return super()._tiled_mma(dtype, points)
 
@@ -57,8 +71,17 @@ class PointsInRegisters(OneCtaPerSm):
         """Released when it arrived."""
 
 
+class PointsInRegisters(RegisterPoints, OneCtaPerSm):
+    pass
+
+
+class InlinePointsInRegisters(RegisterPoints, InlineProducer):
+    pass
+
+
 BUILDS = {"library": (hopper.HopperAssign, None), "shared, 1 CTA/SM": (OneCtaPerSm, "wide"),
-          "registers, 1 CTA/SM": (PointsInRegisters, "wide")}     # "wide": one wave, a CTA per SM
+          "registers, 1 CTA/SM": (PointsInRegisters, "wide"),      # "wide": one wave, a CTA per SM
+          "shared, 256 threads": (InlineProducer, None), "registers, 256 threads": (InlinePointsInRegisters, None)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -76,24 +99,44 @@ def builds(N, D, dtype):
     return fns
 
 
+TWINS = {"registers, 1 CTA/SM": "shared, 1 CTA/SM", "registers, 256 threads": "shared, 256 threads"}
+
+
+def exact_sets(N, D, K, seed=0):
+    """Small-integer points and centroids: exact dot products, many ties (the lowest index wins)."""
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randint(-2, 3, (N, D), generator=gen, device="cuda").to(torch.bfloat16)
+    c = torch.randint(-2, 3, (K, D), generator=gen, device="cuda").to(torch.bfloat16)
+    return [(x, c, reference.centroid_norms(c))]
+
+
 def main(out_dir):
     rows, clocks = [], []
+    for N, D, K in EXACT:
+        sets = exact_sets(N, D, K)
+        x, c, c_sq = sets[0]
+        want = reference.assign(x, c, c_sq)
+        fns = builds(N, D, x.dtype)
+        check(fns, sets)
+        if not torch.equal(fns["library"](x, c, c_sq), want):
+            raise SystemExit(f"{N} x {D} x {K}: the builds agree, but not with the reference")
+        print(f"exact {N} x {D} x {K}: every build equals the reference", flush=True)
     for N, D, K in SHAPES:
         sets = bench.input_sets(N, D, K)
         fns = builds(N, D, sets[0][0].dtype)
         check(fns, sets)
-        rows += timed_rows(fns, sets, "shared, 1 CTA/SM", 10, N=N, D=D, K=K)
+        rows += timed_rows(fns, sets, "library", 10, against=TWINS, N=N, D=D, K=K)
         df = save(rows, f"{out_dir}/kmeans_points_in_registers.csv")
     for N, D, K in SUSTAINED:
         x, c, c_sq = bench.input_sets(N, D, K)[0]
         fns = builds(N, D, x.dtype)
-        for turn, name in enumerate(list(fns)[1:] * 2):     # A B A B: the two 1-CTA builds, taking turns
+        for turn, name in enumerate(list(fns)[1:] * 2):     # A B C D A B C D: every build but the library's
             run = functools.partial(fns[name], x, c, c_sq)
             clocks.append(dict(N=N, D=D, K=K, build=name, turn=turn,
                                **sustained(run, f"{out_dir}/smi.csv", 3.0, batch=10)))
         save(clocks, f"{out_dir}/kmeans_points_in_registers_clocks.csv")
     pd.set_option("display.width", 220)
-    print(df[df.timing != "gpu"].pivot_table(index=["N", "D", "K", "timing"], columns="contender",
+    print(df[df.timing != "gpu"].pivot_table(index=["N", "D", "K", "timing"], columns=["contender", "vs"],
                                                values=["ratio", "ratio_lo", "ratio_hi"]).round(3).to_string())
     print(pd.DataFrame(clocks)[["N", "D", "K", "build", "us_per_call", "sm_mhz_median", "power_w_median"]].to_string())
 
