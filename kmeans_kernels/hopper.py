@@ -236,7 +236,12 @@ def check_variant(variant: str, D: int | None = None) -> None:
 class HopperAssign:
     """One compiled kernel per (variant, D, dtype, pdl); N and K are runtime values. `pdl`: launched as a
     programmatic dependent of the kernel before it in the stream (set up while it drains, wait for it before the
-    first global access); off in `assign`: level within 4 % on an H100 (notes/perf-log.md)."""
+    first global access); off in `assign`: level within 4 % on an H100 (notes/perf-log.md).
+
+    `inline_producer` (off in every variant; a probe sets it, not yet timed): no producer warp, 256 threads, so that
+    two CTAs per SM get 128 registers a thread instead of 96 (`gpus.register_cap`); warp INLINE_PRODUCER_WARP loads
+    each point tile and refills the ring between its own tiles, after its warpgroup gave a tile back (ping-pong
+    variants only: warpgroup 1 gives each tile back last). A CTA with several point tiles starts each one's ring empty."""
 
     def __init__(self, variant: str, D: int, dtype, pdl: bool = False):
         self.variant = variant
@@ -255,8 +260,7 @@ class HopperAssign:
         self.norm_words = self.stages * spec.block_n if spec.staged_norms else 1
         self.ctas_per_sm = ctas_per_sm(D, self.block_n, spec.staged_norms)
         self.dtype = dtype
-        # no producer warp: warp INLINE_PRODUCER_WARP fills the ring between its own tiles (ping-pong builds only)
-        self.inline_producer = False
+        self._inline_producer = False
 
     @cute.jit
     def __call__(self, x_ptr: cute.Pointer, c_ptr: cute.Pointer, c_sq_ptr: cute.Pointer, out_ptr: cute.Pointer,
@@ -297,6 +301,17 @@ class HopperAssign:
             # the register cap that lets ctas_per_sm CTAs share an SM; the carveout asks for all the shared
             # memory up front (and lets the kernel compile on a machine without a GPU)
             min_blocks_per_mp=self.ctas_per_sm, preferred_smem_carveout=100, use_pdl=self.pdl)
+
+    @property
+    def inline_producer(self) -> bool:
+        return self._inline_producer
+
+    @inline_producer.setter
+    def inline_producer(self, on: bool):
+        if on and not self.ping_pong:
+            raise ValueError(f"{self.variant}: an inline producer refills the ring as warpgroup 1 gives tiles back, "
+                             f"which only the ping-pong variants order")
+        self._inline_producer = on
 
     @property
     def threads(self) -> int:

@@ -167,6 +167,20 @@ def test_points_in_registers_probe_builds_differ_only_in_where_the_points_are_re
     assert registers["WARPGROUP.DEPBAR.LE"] == shared["WARPGROUP.DEPBAR.LE"]    # no WGMMA serialized
 
 
+def test_inline_producer_takes_only_the_ping_pong_variants():
+    """Warp 4 refills the ring after warpgroup 1 gives a tile back, which is last only where the two take turns:
+    elsewhere the consumers would wait for slots nobody fills."""
+    for variant in VARIANTS:
+        kernel = hopper.HopperAssign(variant, 64, hopper._cutlass_dtype(torch.bfloat16))
+        assert kernel.threads == hopper.THREADS
+        if kernel.ping_pong:
+            kernel.inline_producer = True
+            assert kernel.threads == hopper.THREADS - 32
+        else:
+            with pytest.raises(ValueError, match="ping-pong"):
+                kernel.inline_producer = True
+
+
 def test_auto_variant_is_a_variant():
     for shape in [(1, 16, 1), (65536, 128, 4096), (1 << 20, 256, 4096)]:
         assert hopper.auto_variant(*shape) in VARIANTS
