@@ -414,6 +414,8 @@ class HopperAssign:
                 x_put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, 1)
                 slot = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.stages)
                 ahead = self.stages // self.d_blocks     # whole tiles the ring holds
+                # the next refill's c_sq, loaded a tile before it is stored: its latency off warp 4's turn
+                upcoming = cute.make_rmem_tensor(cute.make_layout(self.block_n // 32), cutlass.Float32)
             for i in cutlass.range(my_point_tiles, unroll=1):
                 point_tile = block + i * grid_size
                 reduce.reset_winners(best_score, best_index)   # every tile, the first too: cheaper than a test
@@ -423,6 +425,8 @@ class HopperAssign:
                         x_put = self._load_points(put, x_put, point_tile)
                         for t in cutlass.range(cutlass.min(ahead, num_tiles), unroll=1):
                             slot = self._fill_tile(put, slot, t)
+                        if cutlass.const_expr(self.norms_in_acc):
+                            self._load_norms(c_sq, ahead, K, put.lane, upcoming)
                 x_pipe.consumer_wait(x_state)
                 self._points_arrived(ctx, x_state)
                 for tile in cutlass.range(num_tiles, unroll=1):
@@ -446,7 +450,11 @@ class HopperAssign:
                         if cutlass.const_expr(self.inline_producer):
                             # warpgroup 1 gives a tile's slots back after warpgroup 0: refill them, `ahead` on
                             if warp == INLINE_PRODUCER_WARP and tile + ahead < num_tiles:
-                                slot = self._fill_tile(put, slot, tile + ahead)
+                                if cutlass.const_expr(self.norms_in_acc):
+                                    slot = self._fill_tile(put, slot, tile + ahead, upcoming)
+                                    self._load_norms(c_sq, tile + ahead + 1, K, put.lane, upcoming)
+                                else:
+                                    slot = self._fill_tile(put, slot, tile + ahead)
                     else:
                         # every slot back to the producer before the argmin, so it refills them while we fold
                         release, held = self._retire(ctx, release, held, held)
@@ -474,14 +482,18 @@ class HopperAssign:
         x_state.advance()
         return x_state
 
-    def _fill_tile(self, p, slot, tile):
-        """Producer: centroid tile `tile` into the ring, a slot per D block, each once the consumers gave it back."""
+    def _fill_tile(self, p, slot, tile, loaded=None):
+        """Producer: centroid tile `tile` into the ring, a slot per D block, each once the consumers gave it back;
+        `loaded`: the tile's c_sq already in registers (`_load_norms`)."""
         for db in range(self.d_blocks):
             if cutlass.const_expr(self.norms_in_acc and db == 0):
                 # the tile's norms go beside its first slot before the slot's "full" arrive, which publishes them
                 # with the TMA bytes (the warp's stores ordered before it by sync_warp)
                 p.ring.sync_object_empty.wait(slot.index, slot.phase)
-                self._stage_norms(p.c_sq, p.sn, slot.index, tile, p.K, p.lane)
+                if cutlass.const_expr(loaded is None):
+                    self._stage_norms(p.c_sq, p.sn, slot.index, tile, p.K, p.lane)
+                else:
+                    self._store_norms(p.sn, slot.index, tile, p.K, p.lane, loaded)
                 cute.arch.sync_warp()
                 p.ring.sync_object_full.arrive(slot.index, p.ring.producer_mask)
             else:
@@ -543,6 +555,19 @@ class HopperAssign:
             norm = cutlass.Float32(-0.5) * c_sq[cutlass.min(col, K - 1)]
             sn[slot_index * self.block_n + lane + 32 * t] = cutlass.Float32(
                 cutlass.select_(col < K, norm, float("-inf")))
+
+    def _load_norms(self, c_sq, tile, K, lane, into):
+        """The tile's c_sq this lane stages, into registers `into` and nothing else: the load's latency is paid
+        where `_store_norms` uses them, a tile later (the inline producer's refills)."""
+        for t in range(self.block_n // 32):
+            into[t] = c_sq[cutlass.min(tile * self.block_n + lane + 32 * t, K - 1)]
+
+    def _store_norms(self, sn, slot_index, tile, K, lane, loaded):
+        """`_stage_norms` from the c_sq `_load_norms` put in registers."""
+        for t in range(self.block_n // 32):
+            col = tile * self.block_n + lane + 32 * t
+            sn[slot_index * self.block_n + lane + 32 * t] = cutlass.Float32(
+                cutlass.select_(col < K, cutlass.Float32(-0.5) * loaded[t], float("-inf")))
 
     def _norms_into_acc(self, k, acc, slot_index):
         """The accumulator of both of this thread's rows := -0.5 * c_sq of its columns, from the slot's norms."""

@@ -20,7 +20,7 @@ Two ways to give it room, five builds of `lazy_index` in all:
 Answers are checked against the library's build on every input set first. CUPTI GPU time and both timings: the
 register builds against their shared-memory twins, the others against the library; then each of the four builds
 back to back for 3 s at two shapes, taking turns, SM clock and board power sampled (energy per call).
-    timeout 600 python kmeans_points_in_registers_probe.py OUT_DIR   (a new ring protocol: a hang ends at the timeout)
+    timeout 600 python kmeans_points_in_registers_probe.py OUT_DIR [BUILD ...]   (a hang ends at the timeout)
 (its run: kmeans_points_in_registers_<commit>.csv and kmeans_points_in_registers_clocks_<commit>.csv)"""
 import functools
 import sys
@@ -35,7 +35,8 @@ from kmeans_kernels import bench, hopper, reference
 from probe_rows import save, timed_rows
 from sustained_clocks import sustained
 
-SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 16384), (1048576, 128, 4096)]
+SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 4096), (262144, 128, 16384),
+          (1048576, 128, 4096)]
 SUSTAINED = [(65536, 64, 16384), (262144, 128, 16384)]
 # checked only, on small integers (exact, with ties) against the reference: tails, and fewer tiles than the ring holds
 EXACT = [(5, 64, 1), (300, 64, 129), (1000, 64, 300), (777, 128, 130), (4099, 128, 1000), (2000, 64, 5000)]
@@ -90,10 +91,10 @@ def compiled(name, D, dtype):
     return launcher(cls, D, dtype, variant="lazy_index", grid_of=grid_of)
 
 
-def builds(N, D, dtype):
-    """{build name: fn(x, c, c_sq) -> out} for one shape."""
+def builds(N, D, dtype, names=tuple(BUILDS)):
+    """{build name: fn(x, c, c_sq) -> out} for one shape, the library's first."""
     fns = {}
-    for name in BUILDS:
+    for name in dict.fromkeys(("library", *names)):
         run, out = compiled(name, D, dtype), torch.empty(N, dtype=torch.int32, device="cuda")
         fns[name] = lambda x, c, c_sq, run=run, out=out: (run(x, c, c_sq, out), out)[1]
     return fns
@@ -110,26 +111,27 @@ def exact_sets(N, D, K, seed=0):
     return [(x, c, reference.centroid_norms(c))]
 
 
-def main(out_dir):
+def main(out_dir, names=tuple(BUILDS)):
     rows, clocks = [], []
     for N, D, K in EXACT:
         sets = exact_sets(N, D, K)
         x, c, c_sq = sets[0]
         want = reference.assign(x, c, c_sq)
-        fns = builds(N, D, x.dtype)
+        fns = builds(N, D, x.dtype, names)
         check(fns, sets)
         if not torch.equal(fns["library"](x, c, c_sq), want):
             raise SystemExit(f"{N} x {D} x {K}: the builds agree, but not with the reference")
         print(f"exact {N} x {D} x {K}: every build equals the reference", flush=True)
     for N, D, K in SHAPES:
         sets = bench.input_sets(N, D, K)
-        fns = builds(N, D, sets[0][0].dtype)
+        fns = builds(N, D, sets[0][0].dtype, names)
         check(fns, sets)
-        rows += timed_rows(fns, sets, "library", 10, against=TWINS, N=N, D=D, K=K)
+        rows += timed_rows(fns, sets, "library", 10, against={k: v for k, v in TWINS.items() if v in fns}, N=N, D=D,
+                           K=K)
         df = save(rows, f"{out_dir}/kmeans_points_in_registers.csv")
     for N, D, K in SUSTAINED:
         x, c, c_sq = bench.input_sets(N, D, K)[0]
-        fns = builds(N, D, x.dtype)
+        fns = builds(N, D, x.dtype, names)
         for turn, name in enumerate(list(fns)[1:] * 2):     # A B C D A B C D: every build but the library's
             run = functools.partial(fns[name], x, c, c_sq)
             clocks.append(dict(N=N, D=D, K=K, build=name, turn=turn,
@@ -142,4 +144,4 @@ def main(out_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], tuple(sys.argv[2:]) or tuple(BUILDS))     # optional: the builds to time beside the library's
