@@ -423,10 +423,16 @@ class HopperAssign:
                     if warp == INLINE_PRODUCER_WARP:
                         # the point tile once both warpgroups are done with the last, then the ring's first tiles
                         x_put = self._load_points(put, x_put, point_tile)
-                        for t in cutlass.range(cutlass.min(ahead, num_tiles), unroll=1):
-                            slot = self._fill_tile(put, slot, t)
+                        # the first tiles' c_sq all loaded before any is stored: one load latency, not one per tile
+                        first = cute.make_rmem_tensor(cute.make_layout((self.block_n // 32, ahead + 1)), cutlass.Float32)
                         if cutlass.const_expr(self.norms_in_acc):
-                            self._load_norms(c_sq, ahead, K, put.lane, upcoming)
+                            for t in cutlass.range_constexpr(ahead + 1):
+                                self._load_norms(c_sq, t, K, put.lane, first[None, t])
+                        for t in cutlass.range_constexpr(ahead):
+                            if t < num_tiles:
+                                slot = self._fill_tile(put, slot, t, first[None, t] if self.norms_in_acc else None)
+                        if cutlass.const_expr(self.norms_in_acc):
+                            cute.autovec_copy(first[None, ahead], upcoming)
                 x_pipe.consumer_wait(x_state)
                 self._points_arrived(ctx, x_state)
                 for tile in cutlass.range(num_tiles, unroll=1):
