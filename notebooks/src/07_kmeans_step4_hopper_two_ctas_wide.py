@@ -282,11 +282,16 @@ plt.show()
 # without the fold is at the cap too (1.49 GHz), and only one with a quarter of the WGMMAs runs faster (1.88 GHz;
 # 1.98, off the cap, at 65536 x 64 x 16384). At
 # the cap a kernel's time is its energy, and the fold's energy adds to the WGMMAs' however the two are scheduled.
-# The lever left on Hopper is less energy per score, that is fewer instructions per score (a fold is about 380 warp
-# instructions per warp per tile at D = 64, 225 of them the scan itself), not more overlap. Blackwell keeps the accumulators in
-# tensor memory, away from the registers the fold works in (notebook 08). Putting the point tile in registers to spare shared memory (the RS form of WGMMA) does not fit
-# either: two CTAs of nine warps put five warps on one sub-partition, which caps the kernel at 96 registers, and
-# ptxas then spills (`notes/perf-log.md`).
+# The lever left on Hopper is less energy per score, not more overlap. Fewer instructions alone is not it: a build
+# that fills the accumulators' norms with 16-byte loads, 32 register copies fewer per tile and thread, ran 5-22 %
+# *slower* on an H100, with more cycles at the same or a higher clock
+# (`nvidia_h100_80gb_hbm3/probes/kmeans_fold_instructions_4717722.csv`). What did lower the energy is reading the
+# points from registers instead of shared memory (the RS form of WGMMA: a third less shared-memory traffic per
+# score): at one CTA per SM it took 0.86-0.93 of the time at D = 128 and 5 % less energy per call at the cap
+# (`kmeans_points_in_registers_4717722.csv`). It does not fit the two-CTA kernel: two CTAs of nine warps put five
+# warps on one sub-partition, which caps a thread at 96 registers (`gpus.register_cap`), and ptxas then spills; and
+# one CTA per SM costs more than the registers give back. Blackwell keeps the accumulators in tensor memory, away
+# from the registers the fold works in (notebook 08).
 
 # %% [markdown]
 # ## 10. Fewer instructions per score: the half norms in the accumulator (`folded_norms`)
