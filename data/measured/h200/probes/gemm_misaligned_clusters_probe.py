@@ -15,8 +15,8 @@ import sys
 import pandas as pd
 import torch
 
-from gemm_kernels import configs, gemm, hopper_options, rule
-from probe_rows import save, timed_rows
+from gemm_kernels import configs, hopper_options
+from probe_rows import gemm_rows, save
 
 _H = hopper_options.Options
 EXTRA = {
@@ -34,19 +34,7 @@ def main(out_dir):
     rows = []
     g = torch.Generator(device="cuda").manual_seed(29)
     for M, N, K in SHAPES:
-        sets = [(torch.randn(M, K, device="cuda", generator=g).bfloat16(),
-                 torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(2)]
-        pick = rule.choose(M, N, K)
-        fns = {"torch.matmul": torch.matmul,
-               f"pick: {pick}": lambda a, b, o=rule.options_for(M, N, K): gemm(a, b, o)}
-        fns.update({name: (lambda a, b, o=o: gemm(a, b, o)) for name, o in EXTRA.items() if name != pick})
-        ints = [t.round().clamp(-2, 2) for t in sets[0]]
-        want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
-        for f, fn in fns.items():
-            if f != "torch.matmul":
-                out = fn(*ints)
-                assert torch.equal(out, want), (M, N, K, f, (out != want).sum().item())
-        rows += timed_rows(fns, sets, f"pick: {pick}", 8, M=M, N=N, K=K)
+        rows += gemm_rows(M, N, K, EXTRA, g, 8, input_sets=2)
         df = save(rows, f"{out_dir}/gemm_misaligned_clusters.csv")
     pd.set_option("display.width", 220)
     print(df.pivot_table(index=["M", "N", "K", "contender"], columns="timing", values="ratio").round(3).to_string())

@@ -1,10 +1,12 @@
 """For the probes that time builds taking turns: their rows, and the CSV with the run's provenance.
     rows = timed_rows(fns, sets, "baseline name", rounds=8, M=M, N=N, K=K)   # both timings with intervals, GPU time
     rows = timed_rows(fns, sets, "base", 8, against={"b2": "b1"}, N=N)     # b2's ratios to b1's, the rest to base's
-    save(rows, f"{out_dir}/name.csv")                                         # a DataFrame, provenance columns added"""
+    save(rows, f"{out_dir}/name.csv")                                         # a DataFrame, provenance columns added
+    rows = gemm_rows(M, N, K, {"name": options}, generator, rounds=8)       # GEMM options against the rule's pick"""
 import pandas as pd
+import torch
 
-from gemm_kernels import sweep
+from gemm_kernels import gemm, rule, sweep
 from workbook import records, timing
 
 
@@ -24,6 +26,24 @@ def timed_rows(fns, sets, baseline, rounds, against=None, **shape):
         rows.append(dict(**shape, contender=f, vs=ref, timing="gpu", us_median=1e3 * gpu[f], ratio=gpu[f] / gpu[ref]))
     print(*shape.values(), {k: round(1e3 * v, 1) for k, v in gpu.items()}, flush=True)
     return rows
+
+
+def gemm_rows(M, N, K, options, generator, rounds, input_sets=3):
+    """torch.matmul, the rule's pick and `options` ({name: hopper_options.Options}, the pick's name left out) at one
+    shape: each of ours exact on small integers first (cuBLAS may reduce split-K partials in bf16: not checked),
+    then `timed_rows` against the pick on `input_sets` random bf16 pairs."""
+    sets = [(torch.randn(M, K, device="cuda", generator=generator).bfloat16(),
+             torch.randn(K, N, device="cuda", generator=generator).bfloat16()) for _ in range(input_sets)]
+    pick = rule.choose(M, N, K)
+    fns = {"torch.matmul": torch.matmul, f"pick: {pick}": lambda a, b, o=rule.options_for(M, N, K): gemm(a, b, o)}
+    fns.update({name: (lambda a, b, o=o: gemm(a, b, o)) for name, o in options.items() if name != pick})
+    ints = [t.round().clamp(-2, 2) for t in sets[0]]
+    want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
+    for f, fn in fns.items():
+        if f != "torch.matmul":
+            out = fn(*ints)
+            assert torch.equal(out, want), (M, N, K, f, (out != want).sum().item())
+    return timed_rows(fns, sets, f"pick: {pick}", rounds, M=M, N=N, K=K)
 
 
 def save(rows, path):
