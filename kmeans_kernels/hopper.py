@@ -96,7 +96,7 @@ MIN_STAGES_TWO_CTAS = 3  # run two CTAs per SM only while each still gets a ring
 CONSUMER_WARPS = 8     # warps 0-7: two consumer warpgroups (WGMMA wants whole, aligned warpgroups)
 PRODUCER_WARP = 8      # warp 8 issues every TMA
 THREADS = 32 * (CONSUMER_WARPS + 1)
-INLINE_PRODUCER_WARP = 4   # with `inline_producer`: the first warp of warpgroup 1, which gives each tile's slots back last
+INLINE_PRODUCER_WARP = 4   # `inline_producer`: the first warp of warpgroup 1, which gives each tile back last
 TURN_BARRIER = 1       # named barriers 1, 2: "warpgroup 0's / 1's turn to issue WGMMA" (0 is __syncthreads)
 
 _DTYPES = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -238,10 +238,11 @@ class HopperAssign:
     programmatic dependent of the kernel before it in the stream (set up while it drains, wait for it before the
     first global access); off in `assign`: level within 4 % on an H100 (notes/perf-log.md).
 
-    `inline_producer` (off in every variant; a probe sets it, not yet timed): no producer warp, 256 threads, so that
-    two CTAs per SM get 128 registers a thread instead of 96 (`gpus.register_cap`); warp INLINE_PRODUCER_WARP loads
-    each point tile and refills the ring between its own tiles, after its warpgroup gave a tile back (ping-pong
-    variants only: warpgroup 1 gives each tile back last). A CTA with several point tiles starts each one's ring empty."""
+    `inline_producer` (off in every variant; `probes/kmeans_points_in_registers_probe.py` sets it): no producer
+    warp, 256 threads, so that two CTAs per SM get 128 registers a thread instead of 96 (`gpus.register_cap`); warp
+    INLINE_PRODUCER_WARP loads each point tile and refills the ring between its own tiles, after its warpgroup gave
+    a tile back (ping-pong variants only: warpgroup 1 gives each tile back last). A CTA with several point tiles
+    starts each one's ring empty."""
 
     def __init__(self, variant: str, D: int, dtype, pdl: bool = False):
         self.variant = variant
@@ -424,7 +425,8 @@ class HopperAssign:
                         # the point tile once both warpgroups are done with the last, then the ring's first tiles
                         x_put = self._load_points(put, x_put, point_tile)
                         # the first tiles' c_sq all loaded before any is stored: one load latency, not one per tile
-                        first = cute.make_rmem_tensor(cute.make_layout((self.block_n // 32, ahead + 1)), cutlass.Float32)
+                        first = cute.make_rmem_tensor(cute.make_layout((self.block_n // 32, ahead + 1)),
+                                                      cutlass.Float32)
                         if cutlass.const_expr(self.norms_in_acc):
                             for t in cutlass.range_constexpr(ahead + 1):
                                 self._load_norms(c_sq, t, K, put.lane, first[None, t])
@@ -554,6 +556,8 @@ class HopperAssign:
     def _stage_norms(self, c_sq, sn, slot_index, tile, K, lane):
         """Producer warp: -0.5 * c_sq of the tile's columns (-inf past K) into the norms of ring slot
         `slot_index`, one coalesced load per lane and 32 columns."""
+        # one load and its use together, in the order the library's builds were measured in (`_load_norms` and
+        # `_store_norms` split them where the use comes a tile later)
         first = tile * self.block_n
         for t in range(self.block_n // 32):
             col = first + lane + 32 * t
@@ -563,13 +567,14 @@ class HopperAssign:
                 cutlass.select_(col < K, norm, float("-inf")))
 
     def _load_norms(self, c_sq, tile, K, lane, into):
-        """The tile's c_sq this lane stages, into registers `into` and nothing else: the load's latency is paid
-        where `_store_norms` uses them, a tile later (the inline producer's refills)."""
+        """The tile's c_sq this lane stages, into registers `into` and nothing else: its latency is paid where
+        `_store_norms` uses them, a tile later in the inline producer's refills."""
         for t in range(self.block_n // 32):
+            # clamp the address; `_store_norms` replaces what lies past K
             into[t] = c_sq[cutlass.min(tile * self.block_n + lane + 32 * t, K - 1)]
 
     def _store_norms(self, sn, slot_index, tile, K, lane, loaded):
-        """`_stage_norms` from the c_sq `_load_norms` put in registers."""
+        """-0.5 * the c_sq `_load_norms` put in registers (a branch-free -inf past K) into slot `slot_index`."""
         for t in range(self.block_n // 32):
             col = tile * self.block_n + lane + 32 * t
             sn[slot_index * self.block_n + lane + 32 * t] = cutlass.Float32(
