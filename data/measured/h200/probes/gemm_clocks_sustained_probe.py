@@ -7,12 +7,10 @@ samples is dropped as ramp).
 import sys
 from pathlib import Path
 
-import pandas as pd
 import torch
 
 from gemm_kernels import configs, gemm, rule
-from workbook import records
-
+from probe_rows import save
 from sustained_clocks import sustained
 
 out_dir = sys.argv[1]
@@ -27,13 +25,9 @@ for M, N, K, name in CASES:
     label = name or rule.choose(M, N, K)
     opts = configs.HOPPER_CANDIDATES[name] if name else None
     for contender, fn in (("torch.matmul", lambda: torch.matmul(a, b)), (f"ours {label}", lambda: gemm(a, b, opts))):
-        rows.append(dict(M=M, N=N, K=K, contender=contender,
-                         **sustained(fn, Path(out_dir) / "smi.csv", SECONDS, batch=20)))
+        row = dict(M=M, N=N, K=K, contender=contender, **sustained(fn, Path(out_dir) / "smi.csv", SECONDS, batch=20))
+        rows.append(dict(row, joules_per_call=row["power_w_median"] * row["us_per_call"] * 1e-6))
         print(rows[-1], flush=True)
-df = pd.DataFrame(rows)
-df["joules_per_call"] = df.power_w_median * df.us_per_call * 1e-6
-for key, value in records.provenance().items():
-    df[key] = value
-df.to_csv(f"{out_dir}/gemm_clocks_sustained.csv", index=False)
+df = save(rows, f"{out_dir}/gemm_clocks_sustained.csv")
 print(df[["M", "N", "K", "contender", "us_per_call", "sm_mhz_median", "power_w_median", "joules_per_call",
           "throttle"]].round(3).to_string())

@@ -12,8 +12,8 @@ import sys
 import pandas as pd
 import torch
 
-from gemm_kernels import configs, gemm
-from probe_rows import save, timed_rows
+from gemm_kernels import configs
+from probe_rows import gemm_rows, save
 
 BUILDS = ("256 balanced cluster1", "256 balanced cluster2")
 SIZES = range(4096, 4161, 8)
@@ -24,17 +24,9 @@ def main(out_dir):
     g = torch.Generator(device="cuda").manual_seed(29)
     cases = [(4096, 4096, S) for S in SIZES] + [(4096, S, 4096) for S in SIZES[1:]]
     for M, N, K in cases:
-        sets = [(torch.randn(M, K, device="cuda", generator=g).bfloat16(),
-                 torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(3)]
-        fns = {"torch.matmul": torch.matmul}
-        fns.update({name: (lambda a, b, o=configs.HOPPER_CANDIDATES[name]: gemm(a, b, o)) for name in BUILDS})
-        ints = [t.round().clamp(-2, 2) for t in sets[0]]
-        want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
-        for name in BUILDS:
-            assert torch.equal(fns[name](*ints), want), (M, N, K, name)
         varied = "K" if N == 4096 and K != 4096 else "N" if N != 4096 else "none"
-        rows += timed_rows(fns, sets, "torch.matmul", 6, M=M, N=N, K=K, varied=varied,
-                           pitch_past_line=(2 * max(N, K)) % 128)
+        rows += gemm_rows(M, N, K, {name: configs.HOPPER_CANDIDATES[name] for name in BUILDS}, g, 6,
+                          with_pick=False, varied=varied, pitch_past_line=(2 * max(N, K)) % 128)
         df = save(rows, f"{out_dir}/gemm_pitch.csv")
     df["tflops"] = 2 * df.M * df.N * df.K / (df.us_median * 1e-6) / 1e12
     pd.set_option("display.width", 220)

@@ -9,17 +9,16 @@ starts it at zero) and one extra k16 WGMMA per tile (on the tile's first 16 colu
 correct argmin; the producer still stages the norms. Against `lazy_index` as `auto` runs it, through the same
 kind of launch cache, taking turns: CUPTI GPU time and both timings (`workbook.timing.compare`).
     python kmeans_norm_mma_bound_probe.py OUT_DIR   (its run: kmeans_norm_mma_bound_<commit>.csv)"""
-import runpy
 import sys
-from pathlib import Path
 
 import cutlass.cute as cute
 import pandas as pd
 import torch
 
 import kmeans_kernels
+from kmeans_ablation_probe import launcher     # a build compiled and launched through a launch cache
 from kmeans_kernels import bench, hopper
-from workbook import records
+from probe_rows import save, timed_rows
 
 out_dir = sys.argv[1]
 SHAPES = [(65536, 64, 4096), (65536, 64, 16384), (65536, 128, 4096), (262144, 128, 16384), (65536, 64, 512),
@@ -41,12 +40,6 @@ class NormsFromTheMma(hopper.HopperAssign):
                       k.frag_c[(None, None, s % steps, slot_index)], acc)
 
 
-# the ablation probe's launcher (the kernel class compiled and launched through a launch cache as `hopper.launcher`
-# does) and its timing of builds taking turns
-ablation = runpy.run_path(str(Path(__file__).with_name("kmeans_ablation_probe.py")), run_name="builds")
-launcher = ablation["launcher"]
-
-
 rows = []
 for N, D, K in SHAPES:
     sets = bench.input_sets(N, D, K)
@@ -59,11 +52,8 @@ for N, D, K in SHAPES:
     fns["lazy_index"](x, c, c_sq)
     torch.cuda.synchronize()
     assert torch.equal(outs[0], kmeans_kernels.assign(x, c, c_sq=c_sq, variant=VARIANT))   # the launcher's wiring
-    rows += ablation["timed_rows"](fns, sets, "lazy_index", 10, N=N, D=D, K=K)
-    df = pd.DataFrame(rows)
-    for key, value in records.provenance().items():
-        df[key] = value
-    df.to_csv(f"{out_dir}/kmeans_norm_mma_bound.csv", index=False)
+    rows += timed_rows(fns, sets, "lazy_index", 10, N=N, D=D, K=K)
+    df = save(rows, f"{out_dir}/kmeans_norm_mma_bound.csv")
 
 pd.set_option("display.width", 220)
 print(df.pivot_table(index=["N", "D", "K", "contender"], columns="timing",

@@ -2,7 +2,8 @@
     rows = timed_rows(fns, sets, "baseline name", rounds=8, M=M, N=N, K=K)   # both timings with intervals, GPU time
     rows = timed_rows(fns, sets, "base", 8, against={"b2": "b1"}, N=N)     # b2's ratios to b1's, the rest to base's
     save(rows, f"{out_dir}/name.csv")                                         # a DataFrame, provenance columns added
-    rows = gemm_rows(M, N, K, {"name": options}, generator, rounds=8)       # GEMM options against the rule's pick"""
+    rows = gemm_rows(M, N, K, {"name": options}, generator, rounds=8)       # GEMM options against the rule's pick
+    rows = gemm_rows(M, N, K, {"name": options}, generator, 6, with_pick=False, varied="K")   # ... against torch"""
 import pandas as pd
 import torch
 
@@ -28,22 +29,27 @@ def timed_rows(fns, sets, baseline, rounds, against=None, **shape):
     return rows
 
 
-def gemm_rows(M, N, K, options, generator, rounds, input_sets=3):
+def gemm_rows(M, N, K, options, generator, rounds, input_sets=3, with_pick=True, **fields):
     """torch.matmul, the rule's pick and `options` ({name: hopper_options.Options}, the pick's name left out) at one
     shape: each of ours exact on small integers first (cuBLAS may reduce split-K partials in bf16: not checked),
-    then `timed_rows` against the pick on `input_sets` random bf16 pairs."""
+    then `timed_rows` against the pick on `input_sets` random bf16 pairs; `with_pick=False`: no pick, timed against
+    torch.matmul. `fields`: more columns for every row."""
     sets = [(torch.randn(M, K, device="cuda", generator=generator).bfloat16(),
              torch.randn(K, N, device="cuda", generator=generator).bfloat16()) for _ in range(input_sets)]
-    pick = rule.choose(M, N, K)
-    fns = {"torch.matmul": torch.matmul, f"pick: {pick}": lambda a, b, o=rule.options_for(M, N, K): gemm(a, b, o)}
-    fns.update({name: (lambda a, b, o=o: gemm(a, b, o)) for name, o in options.items() if name != pick})
+    fns, baseline = {"torch.matmul": torch.matmul}, "torch.matmul"
+    if with_pick:
+        pick = rule.choose(M, N, K)
+        baseline = f"pick: {pick}"
+        fns[baseline] = lambda a, b, o=rule.options_for(M, N, K): gemm(a, b, o)
+        options = {name: o for name, o in options.items() if name != pick}
+    fns.update({name: (lambda a, b, o=o: gemm(a, b, o)) for name, o in options.items()})
     ints = [t.round().clamp(-2, 2) for t in sets[0]]
     want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
     for f, fn in fns.items():
         if f != "torch.matmul":
             out = fn(*ints)
             assert torch.equal(out, want), (M, N, K, f, (out != want).sum().item())
-    return timed_rows(fns, sets, f"pick: {pick}", rounds, M=M, N=N, K=K)
+    return timed_rows(fns, sets, baseline, rounds, M=M, N=N, K=K, **fields)
 
 
 def save(rows, path):
