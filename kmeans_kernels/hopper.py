@@ -257,8 +257,6 @@ class HopperAssign:
         self.D = D
         self.d_blocks = _d_padded(D) // BLOCK_D
         self.stages = stages_for(D, self.block_n, spec.staged_norms)
-        # -0.5 * c_sq of each ring slot's tile; one unused word for the other variants
-        self.norm_words = self.stages * spec.block_n if spec.staged_norms else 1
         self.ctas_per_sm = ctas_per_sm(D, self.block_n, spec.staged_norms)
         self.dtype = dtype
         self._inline_producer = False
@@ -313,6 +311,12 @@ class HopperAssign:
             raise ValueError(f"{self.variant}: an inline producer refills the ring as warpgroup 1 gives tiles back, "
                              f"which only the ping-pong variants order")
         self._inline_producer = on
+
+    @property
+    def norm_words(self) -> int:
+        """-0.5 * c_sq of each ring slot's tile, at this ring depth and tile width; one unused word for the variants
+        that do not stage norms."""
+        return self.stages * self.block_n if self.norms_in_acc else 1
 
     @property
     def threads(self) -> int:
@@ -424,10 +428,10 @@ class HopperAssign:
                     if warp == INLINE_PRODUCER_WARP:
                         # the point tile once both warpgroups are done with the last, then the ring's first tiles
                         x_put = self._load_points(put, x_put, point_tile)
-                        # the first tiles' c_sq all loaded before any is stored: one load latency, not one per tile
-                        first = cute.make_rmem_tensor(cute.make_layout((self.block_n // 32, ahead + 1)),
-                                                      cutlass.Float32)
                         if cutlass.const_expr(self.norms_in_acc):
+                            # the first tiles' c_sq all loaded before any is stored: one load latency, not one a tile
+                            first = cute.make_rmem_tensor(cute.make_layout((self.block_n // 32, ahead + 1)),
+                                                          cutlass.Float32)
                             for t in cutlass.range_constexpr(ahead + 1):
                                 self._load_norms(c_sq, t, K, put.lane, first[None, t])
                         for t in cutlass.range_constexpr(ahead):

@@ -41,13 +41,10 @@ def norms_layout(block_n: int, stages: int):
 
 
 class SixteenByteLoads(hopper.HopperAssign):
-    def __init__(self, *args, **kw):
-        super().__init__(*args, **kw)
-        self.size_norms()
-
-    def size_norms(self):
+    @property
+    def norm_words(self) -> int:
         """Every norm twice: the shared-memory words `norms_layout` spans at this ring depth and tile width."""
-        self.norm_words = 2 * self.stages * self.block_n
+        return 2 * self.stages * self.block_n
 
     def _stage_norms(self, c_sq, sn, slot_index, tile, K, lane):
         staged = cute.make_tensor(sn.iterator, norms_layout(self.block_n, self.stages))
@@ -71,7 +68,6 @@ class LazyWide(SixteenByteLoads):
         super().__init__(*args, **kw)
         self.block_n = hopper.WIDE_BLOCK_N
         self.stages = hopper.stages_for(self.D, self.block_n, staged_norms=True)
-        self.size_norms()
         self.ctas_per_sm = hopper.ctas_per_sm(self.D, self.block_n, staged_norms=True)
 
 

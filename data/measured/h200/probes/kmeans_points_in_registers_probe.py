@@ -32,6 +32,7 @@ import torch
 from kmeans_ablation_probe import launcher
 from kmeans_fold_instructions_probe import check
 from kmeans_kernels import bench, hopper, reference
+from kmeans_kernels.steps import cases
 from probe_rows import save, timed_rows
 from sustained_clocks import sustained
 
@@ -48,7 +49,6 @@ class OneCtaPerSm(hopper.HopperAssign):
         super().__init__(*args, **kw)
         self.ctas_per_sm = 1
         self.stages = min(hopper.MAX_STAGES, hopper._ring_slots(self.D, 1, self.block_n, self.norms_in_acc))
-        self.norm_words = self.stages * self.block_n if self.norms_in_acc else 1
 
 
 class InlineProducer(hopper.HopperAssign):
@@ -104,10 +104,10 @@ TWINS = {"registers, 1 CTA/SM": "shared, 1 CTA/SM", "registers, 256 threads": "s
 
 
 def exact_sets(N, D, K, seed=0):
-    """Small-integer points and centroids: exact dot products, many ties (the lowest index wins)."""
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randint(-2, 3, (N, D), generator=gen, device="cuda").to(torch.bfloat16)
-    c = torch.randint(-2, 3, (K, D), generator=gen, device="cuda").to(torch.bfloat16)
+    """Small-integer points and centroids (`cases.small_integers`): exact dot products, many ties (the lowest index
+    wins)."""
+    gen = torch.Generator().manual_seed(seed)
+    x, c = (cases.small_integers(rows, D, gen).cuda() for rows in (N, K))
     return [(x, c, reference.centroid_norms(c))]
 
 
