@@ -65,3 +65,22 @@ def test_the_recorded_kmeans_variant_profiles_read_whole():
         assert len(df) >= 2 and (df["gpu__time_duration.sum"] > 0).all(), f
         assert df["sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"].between(0, 100).all()
         assert df["smsp__issue_active.avg.pct_of_peak_sustained_active"].between(0, 100).all()
+
+
+def test_the_recorded_source_pages_say_where_a_kmeans_warp_waits(monkeypatch):
+    """`probes/kmeans_ncu_source_probe.py`'s reading of its two recorded runs (lazy_index on the H200), as the perf
+    log states it: the named stall reasons hold nearly all samples (about 1 % falls in reasons this ncu does not
+    list as columns), and the two largest single waits are a consumer warp's wait for its turn at the tensor cores
+    (the instruction after the turn's BAR.SYNC) and for its own WGMMAs (WARPGROUP.DEPBAR)."""
+    import importlib
+    probes = records.DATA / "measured" / "h200" / "probes"
+    monkeypatch.syspath_prepend(str(probes))
+    probe = importlib.import_module("kmeans_ncu_source_probe")
+    for shape in ("65536x64x16384", "65536x128x4096"):
+        df, stalls = probe.read_source(probes / f"kmeans_ncu_source_lazy_index_{shape}_fce695f.csv.gz")
+        total = df[probe.SAMPLES].sum()
+        assert total > 10_000 and abs(df[stalls].sum().sum() - total) <= 0.02 * total
+        first, second = df.sort_values(probe.SAMPLES, ascending=False).index[:2]
+        assert "BAR.SYNC" in df.Source[first - 4:first].str.cat() and df.opcode[first] == "WARPSYNC.ALL"
+        assert df.opcode[second] == "WARPGROUP.DEPBAR.LE"
+        assert 0.10 < df[probe.SAMPLES][[first, second]].sum() / total * 0.5 < 0.16

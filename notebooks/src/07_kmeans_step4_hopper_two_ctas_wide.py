@@ -147,11 +147,11 @@ else:
 #
 # The production kernels (`kmeans_kernels/hopper.py`) are one class for all variants, with the launch path of
 # `kmeans_kernels.assign`. Compiled here, the step's two forms against the production variants they correspond to
-# (opcode counts of the whole kernel). The recorded table below says "identical": it was made before the production
-# kernel learned to walk several point tiles per CTA (`hopper.grid_cap`, one wave where one CTA holds an SM). Run it
-# now and it lists what that loop brought: the point buffer's release and reload (`SYNCS`), the L2 prefetch of the
-# next tile (`UTMAPF`), the division that counts a CTA's tiles (`I2F`, `MUFU`, `F2I`), the loop's uniform-register
-# arithmetic, and a few different choices ptxas made around them.
+# (opcode counts of the whole kernel). They were identical until the production kernel learned to walk several point
+# tiles per CTA (`hopper.grid_cap`, one wave where one CTA holds an SM); step 4 keeps a CTA per point tile. The
+# opcodes that differ are what that loop brought: the point buffer's release and reload (`SYNCS`), the L2 prefetch of
+# the next tile (`UTMAPF`), the division that counts a CTA's tiles (`I2F`, `MUFU`, `F2I`), the loop's
+# uniform-register arithmetic, and a few different choices ptxas made around them.
 
 # %%
 pairs = {"norm_broadcast": (128, False), "wide": (256, True)}
