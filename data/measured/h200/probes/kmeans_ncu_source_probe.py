@@ -8,7 +8,6 @@ the SASS with its stall samples as CSV, and a summary read from that CSV (no GPU
     python kmeans_ncu_source_probe.py --summary SOURCE.csv[.gz]
 (its run: kmeans_ncu_source_<variant>_<N>x<D>x<K>_<commit>.csv.gz)"""
 import sys
-from io import StringIO
 
 import pandas as pd
 
@@ -32,8 +31,7 @@ def launch_once(variant, shape):
 
 def read_source(path):
     """The source page: one row per SASS instruction, the first line (the kernel's name) dropped."""
-    text = pd.io.common.get_handle(path, "r", compression="infer").handle.read()
-    df = pd.read_csv(StringIO(text.split("\n", 1)[1]))
+    df = pd.read_csv(path, skiprows=1)
     stalls = [c for c in df.columns if c.startswith("stall_") and "Not Issued" not in c]
     for c in [SAMPLES, *stalls]:
         df[c] = pd.to_numeric(df[c], errors="coerce").fillna(0)
