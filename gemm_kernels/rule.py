@@ -14,6 +14,11 @@ measured takes the candidate measured best there: its neighbours can only blur t
 distance 0 from 4096^3 in log size, yet stream-K pays there and not at 4096^3). Nothing is timed at call time.
 `leave_one_out` says how well the rule predicts shapes it has not seen.
 
+The pitch of the rows counts too: where the rows of A or B do not start on 128-byte lines (`rows_on_lines`), each
+TMA box row touches two lines, and the single-CTA candidates lose a fifth of their speed where the CTA pairs,
+loading half of B's boxes each, lose a few per cent (notes/perf-log.md). Two shapes that differ in this sit
+`PITCH_DISTANCE` apart (in log2 units) on top of their distance in size.
+
 Few-wave shapes (under `FEW_WAVES` waves of the default tiles) are where nearness in log size misleads: 384 rows
 are three 128-row tiles but one and a half CTA pairs, so a neighbour's best candidate can waste a third of the GPU
 here. There each neighbour's score is carried over by the planner's prediction (`planned_log_time`: the wave
@@ -36,6 +41,8 @@ from pathlib import Path
 from gemm_kernels import configs
 
 NEIGHBOURS = 3
+PITCH_DISTANCE = 1.0   # rows on 128-byte lines or not: as far apart as a factor of two in one dimension
+LINE_BYTES = 128
 DISTANCE_SMOOTHING = 0.25   # neighbour weights 1 / (squared log2 distance + this): a measured shape weighs 4
 FEW_WAVES = 2.0        # below this many waves of the default tiles the rule corrects by the planner (module doc)
 RULE_FILE = Path(__file__).with_name("rule_h200.json")
@@ -87,9 +94,11 @@ class Rule:
     def neighbours(self, M: int, N: int, K: int, *, without: tuple[int, int, int] | None = None
                    ) -> list[tuple[int, float]]:
         """(index into `shapes`, squared distance) of the `NEIGHBOURS` measured shapes nearest to (M, N, K) in
-        (log2 M, log2 N, log2 K), nearest first (ties by index); `without`: a shape to leave out."""
-        here = features(M, N, K)
-        near = sorted((sum((a - b) ** 2 for a, b in zip(here, features(*s))), i)
+        (log2 M, log2 N, log2 K), plus PITCH_DISTANCE^2 where only one of the two has its rows on 128-byte lines,
+        nearest first (ties by index); `without`: a shape to leave out."""
+        here, lines = features(M, N, K), rows_on_lines(N, K)
+        near = sorted((sum((a - b) ** 2 for a, b in zip(here, features(*s)))
+                       + (0.0 if rows_on_lines(*s[1:]) == lines else PITCH_DISTANCE ** 2), i)
                       for i, s in enumerate(self.shapes) if s != without)[:NEIGHBOURS]
         return [(i, d) for d, i in near]
 
@@ -113,6 +122,11 @@ class Rule:
 def features(M: int, N: int, K: int) -> tuple[float, float, float]:
     """Where the rule places a shape: (log2 M, log2 N, log2 K)."""
     return math.log2(M), math.log2(N), math.log2(K)
+
+
+def rows_on_lines(N: int, K: int, element_bytes: int = 2) -> bool:
+    """Whether every row of A (K elements), B and C (N elements) starts on a 128-byte line (both dtypes: 2 bytes)."""
+    return (N * element_bytes) % LINE_BYTES == 0 and (K * element_bytes) % LINE_BYTES == 0
 
 
 def few_waves(M: int, N: int) -> bool:

@@ -113,6 +113,22 @@ def test_a_measured_shape_takes_its_own_best(monkeypatch):
     assert fitted.choose(4200, 4200, 4200) == "256 stream-k cluster2"
 
 
+def test_rows_off_128_byte_lines_take_neighbours_like_them(monkeypatch):
+    """A shape whose rows start off 128-byte lines takes a measured shape like it (4600^3) over one nearer in size
+    whose rows start on lines (4096^3); a shape on lines keeps the nearer one; by size alone, the nearer one."""
+    monkeypatch.setattr(rule, "FEW_WAVES", 0.0)
+    monkeypatch.setattr(rule, "NEIGHBOURS", 1)
+    assert rule.rows_on_lines(4096, 4096) and rule.rows_on_lines(4160, 4160)
+    assert not rule.rows_on_lines(4600, 4600) and not rule.rows_on_lines(4104, 4104)   # 112 and 16 bytes past
+    shapes = [(4096, 4096, 4096), (4600, 4600, 4600)]
+    best = {shapes[0]: "256 balanced cluster1", shapes[1]: "256 balanced cluster2"}
+    fitted = rule.fit(_frame(best, shapes))
+    assert fitted.choose(4104, 4104, 4104) == "256 balanced cluster2"
+    assert fitted.choose(4160, 4160, 4160) == "256 balanced cluster1"
+    monkeypatch.setattr(rule, "PITCH_DISTANCE", 0.0)
+    assert fitted.choose(4104, 4104, 4104) == "256 balanced cluster1"
+
+
 # Few-wave shapes: two candidates equally fast at every measured neighbour, but at 384 rows the 128-row
 # one-per-item grid is 3 x 40 = 120 tiles, under one wave of 132 SMs, while the balanced CTA pairs are 256 rows
 # tall (half of the second pair is padding) and the planner fills two waves of 66 pairs with them.
