@@ -14,10 +14,12 @@ measured takes the candidate measured best there: its neighbours can only blur t
 distance 0 from 4096^3 in log size, yet stream-K pays there and not at 4096^3). Nothing is timed at call time.
 `leave_one_out` says how well the rule predicts shapes it has not seen.
 
-The pitch of the rows counts too: where the rows of A or B do not start on 128-byte lines (`rows_on_lines`), each
-TMA box row touches two lines, and the single-CTA candidates lose a fifth of their speed where the CTA pairs,
-loading half of B's boxes each, lose a few per cent (notes/perf-log.md). Two shapes that differ in this sit
-`PITCH_DISTANCE` apart (in log2 units) on top of their distance in size.
+The pitch of the rows may count too: where the rows of A or B do not start on 128-byte lines (`rows_on_lines`),
+each TMA box row touches two lines, and the single-CTA candidates lose up to a fifth of their speed where the CTA
+pairs, loading half of B's boxes each, lose a few per cent (notes/perf-log.md). Two shapes that differ in this sit
+`PITCH_DISTANCE` apart (in log2 units) on top of their distance in size. It is 0 (the pitch ignored) until the
+choices it moves are timed: the recorded sweep's leave-one-out favours 1, and
+`data/measured/h200/probes/gemm_rule_pitch_probe.py` times both picks where they differ.
 
 Few-wave shapes (under `FEW_WAVES` waves of the default tiles) are where nearness in log size misleads: 384 rows
 are three 128-row tiles but one and a half CTA pairs, so a neighbour's best candidate can waste a third of the GPU
@@ -41,7 +43,7 @@ from pathlib import Path
 from gemm_kernels import configs
 
 NEIGHBOURS = 3
-PITCH_DISTANCE = 1.0   # rows on 128-byte lines or not: as far apart as a factor of two in one dimension
+PITCH_DISTANCE = 0.0   # rows on 128-byte lines or not; 1.0 would be as far apart as a factor of two in one dimension
 LINE_BYTES = 128
 DISTANCE_SMOOTHING = 0.25   # neighbour weights 1 / (squared log2 distance + this): a measured shape weighs 4
 FEW_WAVES = 2.0        # below this many waves of the default tiles the rule corrects by the planner (module doc)

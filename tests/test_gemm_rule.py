@@ -114,10 +114,12 @@ def test_a_measured_shape_takes_its_own_best(monkeypatch):
 
 
 def test_rows_off_128_byte_lines_take_neighbours_like_them(monkeypatch):
-    """A shape whose rows start off 128-byte lines takes a measured shape like it (4600^3) over one nearer in size
-    whose rows start on lines (4096^3); a shape on lines keeps the nearer one; by size alone, the nearer one."""
+    """With the pitch distance at 1, a shape whose rows start off 128-byte lines takes a measured shape like it
+    (4600^3) over one nearer in size whose rows start on lines (4096^3), and a shape on lines keeps the nearer one;
+    at 0 (size alone, as shipped) both take the nearer one."""
     monkeypatch.setattr(rule, "FEW_WAVES", 0.0)
     monkeypatch.setattr(rule, "NEIGHBOURS", 1)
+    monkeypatch.setattr(rule, "PITCH_DISTANCE", 1.0)
     assert rule.rows_on_lines(4096, 4096) and rule.rows_on_lines(4160, 4160)
     assert not rule.rows_on_lines(4600, 4600) and not rule.rows_on_lines(4104, 4104)   # 112 and 16 bytes past
     shapes = [(4096, 4096, 4096), (4600, 4600, 4600)]

@@ -116,7 +116,7 @@ for D, wide in ((128, False), (256, True)):
     arts[wide] = art = trial.compiled(step4, D, wide=wide)
     regs = max(sass.registers(art.cubin).values())
     smem = step4.BLOCK_M * kernel.d_blocks * step4.BLOCK_D * 2 + kernel.stages * kernel.block_n * step4.BLOCK_D * 2 + 1024
-    fits = min(gpus.ctas_by_registers(regs, step4.THREADS), step4.SM_SMEM_BYTES // (smem + 1024))
+    fits = min(65536 // (9 * -(-regs * 32 // 256) * 256), step4.SM_SMEM_BYTES // (smem + 1024))
     facts.append({"D": D, "wide": wide, "registers per thread": regs, "shared memory per CTA (KiB)": smem / 1024,
                   "CTAs that fit an SM": fits, "promised": kernel.ctas,
                   "WGMMA": sorted({i.opcode for i in sass.instructions(art.sass) if i.base == "HGMMA"})[0]})

@@ -135,12 +135,6 @@ print(f"so our host path costs about {ours.kernel.median():.0f} µs per call aga
 # neighbours temper its own measurement: 4097 × 4104 × 4104 lies at distance 0 from 4096³ in log size, and
 # stream-K pays at the first and not at the second.)
 #
-# Where the rows start counts as well as how many there are. A TMA box row is 128 bytes; where the rows of A or B
-# do not start on 128-byte lines (`rule.rows_on_lines`), each box row touches two lines, and a single CTA loses up
-# to a fifth of its speed where a CTA pair, loading half of B's boxes each, loses a few per cent. So two shapes that
-# differ in this sit `rule.PITCH_DISTANCE` further apart (1: as far as a factor of two in one dimension), and a
-# misaligned shape borrows its pick from misaligned neighbours.
-#
 # Nearness in log size misleads where few waves run: 384 rows are three 128-row tiles but one and a half CTA
 # pairs, so a neighbour at 512 rows says nothing about the half-empty pair at 384. Below two waves of the default
 # tiles the rule therefore carries each neighbour's score over by the wave model (`gemm_kernels.waves`): score

@@ -1,9 +1,10 @@
-"""Probe: does the rule's pitch distance (`rule.PITCH_DISTANCE`) pick faster configurations where it changes the
-choice? At each shape below the rule with the pitch distance (the package's) and without it (PITCH_DISTANCE = 0)
-choose differently; both picks are timed taking turns with torch.matmul, each exact on small integers first.
+"""Probe: would the rule's pitch distance (`rule.PITCH_DISTANCE`, shipped at 0) pick faster configurations where it
+changes the choice? At each shape below the rule with the distance at 1 (this probe sets it, for the pick that
+`probe_rows.gemm_rows` times as its baseline) and at 0 choose differently; both picks are timed taking turns with
+torch.matmul, each exact on small integers first.
 Shapes: the five of the rule check whose choice moves, then eleven drawn at random (M, N, K multiples of 8 from
 256 to 12000, seed 7) among those whose choice moves. Ratios are the pitch-free pick's time over the package's
-pick's (> 1: the pitch distance pays).
+pick's (> 1: the pitch distance would pay).
     python gemm_rule_pitch_probe.py OUT_DIR   (its run: gemm_rule_pitch_<commit>.csv)"""
 import sys
 
@@ -28,6 +29,7 @@ def pitch_free_pick(M, N, K):
 
 
 def main(out_dir):
+    rule.PITCH_DISTANCE = 1.0   # before any rule.choose: it caches its answers
     rows = []
     g = torch.Generator(device="cuda").manual_seed(31)
     for M, N, K in SHAPES:
