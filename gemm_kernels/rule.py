@@ -17,9 +17,10 @@ distance 0 from 4096^3 in log size, yet stream-K pays there and not at 4096^3). 
 The pitch of the rows may count too: where the rows of A or B do not start on 128-byte lines (`rows_on_lines`),
 each TMA box row touches two lines, and the single-CTA candidates lose up to a fifth of their speed where the CTA
 pairs, loading half of B's boxes each, lose a few per cent (notes/perf-log.md). Two shapes that differ in this sit
-`PITCH_DISTANCE` apart (in log2 units) on top of their distance in size. It is 0 (the pitch ignored) until the
-choices it moves are timed: the recorded sweep's leave-one-out favours 1, and
-`data/measured/h200/probes/gemm_rule_pitch_probe.py` times both picks where they differ.
+`PITCH_DISTANCE` apart (in log2 units) on top of their distance in size. The recorded sweep's leave-one-out favours
+1 over 0, 0.5, 2, 4 and 8, and at sixteen shapes where the two pick differently the picks at 1 ran 1.09x faster in
+geometric mean (`data/measured/h200/probes/gemm_rule_pitch_probe.py`, an H100). It ships at 0 until notebook 16,
+whose outputs show the rule's choices, is re-executed with it on an H200 (`notes/patches/gemm-rule-pitch-on.patch`).
 
 Few-wave shapes (under `FEW_WAVES` waves of the default tiles) are where nearness in log size misleads: 384 rows
 are three 128-row tiles but one and a half CTA pairs, so a neighbour's best candidate can waste a third of the GPU

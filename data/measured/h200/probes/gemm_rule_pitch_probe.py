@@ -1,5 +1,5 @@
-"""Probe: would the rule's pitch distance (`rule.PITCH_DISTANCE`, shipped at 0) pick faster configurations where it
-changes the choice? At each shape below the rule with the distance at 1 (this probe sets it, for the pick that
+"""Probe: does the rule's pitch distance (`rule.PITCH_DISTANCE`) pick faster configurations where it changes the
+choice? At each shape below the rule with the distance at 1 (this probe sets it, for the pick that
 `probe_rows.gemm_rows` times as its baseline) and at 0 choose differently; both picks are timed taking turns with
 torch.matmul, each exact on small integers first.
 Shapes: the five of the rule check whose choice moves, then eleven drawn at random (M, N, K multiples of 8 from
