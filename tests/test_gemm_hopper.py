@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import importlib
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -968,3 +970,29 @@ def test_pdl_launches_back_to_back_read_what_the_one_before_wrote(kw):
     assert torch.equal(mid, first)
     for i, out in enumerate(outs):
         assert torch.equal(out, want), f"pair {i}"
+
+
+SWAP_PROBE = Path(__file__).resolve().parent.parent / "data" / "measured" / "h200" / "probes"
+
+
+def test_swap_ab_probe_builds_compile_with_our_m_along_wgmma_n(monkeypatch):
+    """The builds that `probes/gemm_swap_ab_probe.py` times (prepared, to run on a GPU): each WGMMA is 64 rows of our
+    N by the build's width of our M, C' goes out through transposing stmatrix and a TMA store, no spills, and a pair
+    multicasts our A (B')."""
+    monkeypatch.syspath_prepend(str(SWAP_PROBE))
+    probe = importlib.import_module("gemm_swap_ab_probe")
+    builds = sorted({b for shape in probe.SHAPES.values() for b in shape})
+    for tile_n, cluster_m, stream_k in builds[:: max(1, len(builds) // 4)]:    # a spread of them: compiles are slow
+        code = probe.compile_swapped(probe.swapped_config(tile_n, cluster_m, stream_k)).sass
+        ops = sass.histogram(code)
+        assert ops[f"HGMMA.64x{tile_n}x16.F32.BF16"] > 0 and ops["STSM.16.MT88.4"] > 0 and ops["UTMASTG.2D"] > 0
+        assert ("UTMALDG.2D.MULTICAST" in ops) == (cluster_m == 2)
+        assert "LDL" not in code and "STL" not in code
+
+
+@pytest.mark.parametrize("tile_n", [16, 100, 288])
+def test_swap_ab_probe_refuses_widths_the_staged_epilogue_cannot_store(tile_n, monkeypatch):
+    monkeypatch.syspath_prepend(str(SWAP_PROBE))
+    probe = importlib.import_module("gemm_swap_ab_probe")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        probe.swapped_config(tile_n)
