@@ -13,7 +13,8 @@ The swapped build is `HopperGemm` with three views changed, nothing else in the 
     transposing stmatrix and a TMA store (the register epilogue's 16-byte row stores assume row-major C).
 The kernel's M' is our N, its N' our M; its plan, clusters and stream-K are the library's, on (N, M).
 
-    python gemm_swap_ab_probe.py OUT_DIR      # exact on small integers, then timed against the rule's pick
+    python gemm_swap_ab_probe.py OUT_DIR [first|wide]   # each build exact on small integers, then timed against the
+                                                        # rule's pick (the round's shapes: ROUNDS)
 """
 from __future__ import annotations
 
@@ -58,9 +59,10 @@ class SwappedGemm(HopperGemm):
         trace = cute.make_tensor(trace_ptr, cute.make_layout((num_ctas, TRACE_COLS), stride=(TRACE_COLS, 1)))
         cfg = self.cfg
         element = self.element
+        # a width past WGMMA's 256 is several 96-wide WGMMAs per k16 step (cute.gemm walks the MMA's N mode)
         tiled_mma = sm90.make_trivial_tiled_mma(element, element, OperandMajorMode.MN, OperandMajorMode.K,
                                                 cutlass.Float32, (self.warpgroups, 1, 1),
-                                                tiler_mn=(WGMMA_M, cfg.tile_n))
+                                                tiler_mn=(WGMMA_M, atom_n(cfg.tile_n)))
         a_layout = sm90.make_smem_layout_a(LayoutEnum.COL_MAJOR, self.tile, element, cfg.stages)
         b_layout = sm90.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.tile, element, cfg.stages)
         epi_layout = sm90.make_smem_layout_epi(element, LayoutEnum.COL_MAJOR, (cfg.tile_m, EPI_N), cfg.epi_stages)
@@ -107,11 +109,20 @@ class SwappedGemm(HopperGemm):
         return copy_r2s, tRS_sC, tRS_f32, tRS_c, store_ring
 
 
+def atom_n(tile_n: int) -> int:
+    """One WGMMA's width: the tile's, or 96 where the tile is wider than WGMMA's 256 (288 = 3 x 96: each 32-column
+    epilogue sub-tile then lies inside one WGMMA's columns)."""
+    return tile_n if tile_n <= 256 else 96
+
+
 def swapped_config(tile_n: int, cluster_m: int = 1, stream_k: bool = False, dtype=torch.bfloat16) -> Config:
     """The build's Config: 128-row tiles of our N (two consumer warpgroups), `tile_n` of our M (a multiple of
-    EPI_N), the staged epilogue, the deepest ring that fits."""
-    if tile_n % EPI_N or not EPI_N <= tile_n <= 256:
-        raise ValueError(f"tile_n must be a multiple of {EPI_N} up to 256, got {tile_n}")
+    EPI_N up to 256, or 288), the staged epilogue, the deepest ring that fits; `cluster_m` CTAs (1, 2 or 4) along
+    our N share each tile of our A."""
+    if tile_n % EPI_N or not (EPI_N <= tile_n <= 256 or tile_n == 288):
+        raise ValueError(f"tile_n must be a multiple of {EPI_N} up to 256, or 288, got {tile_n}")
+    if cluster_m not in (1, 2, 4) or tile_n % (8 * cluster_m):
+        raise ValueError(f"cluster_m must be 1, 2 or 4 and split tile_n into whole 8-row atoms, got {cluster_m}")
     tile = (TILE_M, tile_n, TILE_K)
     return Config(dtype=dtype, tile_m=TILE_M, tile_n=tile_n, stages=stage_count(tile, "staged"), epilogue="staged",
                   epi_stages=STAGED_BUFFERS, cluster_m=cluster_m, stream_k=stream_k)
@@ -172,15 +183,32 @@ SHAPES = {
     (4097, 4104, 4104): [(160, 2, False), (160, 2, True)],
     (4096, 4096, 4096): [(256, 2, False), (192, 2, False)],
 }
+# the second round: cuBLAS's own recipes at the two shapes where the first round paid (`gemm_cublas_census_probe.py`:
+# 128x288 in clusters of 4 along our N at 800 x 5000 x 3000, 128x96 in clusters of 4 at 96 x 12288 x 8192)
+WIDE = {
+    (800, 5000, 3000): [(160, 2, True), (288, 4, False), (288, 2, False), (288, 4, True)],
+    (96, 12288, 8192): [(96, 1, False), (96, 4, False), (96, 4, True)],
+}
+# the third: clusters of 4 along our N at more of the rule check's weakest shapes (skinny, K-heavy, odd)
+MORE = {
+    (384, 5120, 10240): [(128, 4, False), (192, 4, True)],
+    (256, 4096, 14336): [(64, 4, False), (128, 4, True)],
+    (128, 14336, 14336): [(64, 4, False), (128, 4, False)],
+    (1024, 1024, 8192): [(64, 4, False), (128, 4, True)],
+    (3000, 3000, 3000): [(192, 4, False), (96, 4, False)],
+    (1234, 5672, 3000): [(224, 4, False)],
+    (4096, 4096, 4096): [(256, 4, False), (288, 4, False)],
+}
+ROUNDS = {"first": SHAPES, "wide": WIDE, "more": MORE}
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, round_name: str = "first") -> None:
     import pandas as pd
     from probe_rows import save, timed_rows
     from gemm_kernels import rule
     g = torch.Generator(device="cuda").manual_seed(11)
     rows = []
-    for (M, N, K), builds in SHAPES.items():
+    for (M, N, K), builds in ROUNDS[round_name].items():
         cfgs = {f"swapped {t} cluster{c}{' stream-k' if sk else ''}": swapped_config(t, c, sk) for t, c, sk in builds}
         # exact on small integers (every sum below 2^8 fits bf16 exactly), tails included
         a = torch.randint(-2, 3, (M, K), device="cuda", generator=g).bfloat16()
@@ -198,10 +226,10 @@ def main(out_dir: str) -> None:
         fns = {"torch.matmul": torch.matmul, f"pick: {pick}": hopper_host.gemm}
         fns.update({n: functools.partial(lambda a, b, cfg: swapped_gemm(a, b, cfg), cfg=cfg) for n, cfg in cfgs.items()})
         rows += timed_rows(fns, sets, f"pick: {pick}", 8, M=M, N=N, K=K)
-        df = save(rows, f"{out_dir}/gemm_swap_ab.csv")
+        df = save(rows, f"{out_dir}/gemm_swap_ab{'' if round_name == 'first' else '_' + round_name}.csv")
     pd.set_option("display.width", 220)
     print(df.pivot_table(index=["M", "N", "K", "contender"], columns="timing", values="ratio").round(3).to_string())
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
