@@ -53,7 +53,7 @@ import cutlass.memory
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90
 import torch
-from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from gemm_kernels.hopper_epilogue import Epilogues
@@ -71,6 +71,10 @@ ELEMENT_TYPES = {torch.bfloat16: cutlass.BFloat16, torch.float16: cutlass.Float1
 class HopperGemm(Epilogues):
     """The kernel for one `Config`; `__call__` is the host-side @cute.jit entry point."""
 
+    # How `views` lays out the operands (LayoutEnum: ROW_MAJOR is K-major for A and B): a K-major, b N-major; c's
+    # is `Epilogues.c_major`. A build that views the pointers otherwise changes these with `views`.
+    a_major, b_major = LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
+
     def __init__(self, config: Config):
         self.cfg = config
         self.element = ELEMENT_TYPES[config.dtype]
@@ -86,11 +90,8 @@ class HopperGemm(Epilogues):
                  N: cutlass.Int32, K: cutlass.Int32,
                  num_items: cutlass.Int32, num_ctas: cutlass.Int32, stream):
         # Plain pointers and sizes make the launch cheap on the host (no DLPack per call); the layouts are
-        # rebuilt here. K and N are multiples of 8 (checked by the host API), which TMA needs to know.
-        k8, n8 = cute.assume(K, divby=ALIGN), cute.assume(N, divby=ALIGN)
-        a = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(k8, 1)))
-        b = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(1, n8)))   # [K, N] row-major = N-major (N, K)
-        c = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(n8, 1)))
+        # rebuilt here.
+        a, b, c = self.views(a_ptr, b_ptr, c_ptr, M, N, K)
         row = SEGMENT_COLS * self.cfg.segments
         work = cute.make_tensor(work_ptr, cute.make_layout((num_items, row), stride=(row, 1)))
         # (next item, clusters done, stream-K flags...), all 0 between launches
@@ -100,21 +101,16 @@ class HopperGemm(Epilogues):
         cfg = self.cfg
         element = self.element
 
-        def tiled_mma_for(n):
-            # (warpgroups, 1, 1): the consumer warpgroups split M; each issues m64 x n x k16.
-            return sm90.make_trivial_tiled_mma(element, element, OperandMajorMode.K, OperandMajorMode.MN,
-                                               cutlass.Float32, (self.warpgroups, 1, 1), tiler_mn=(WGMMA_M, n))
+        tiled_mma = self.tiled_mma_for(cfg.tile_n)
+        narrow_mma = self.tiled_mma_for(cfg.narrow_n) if cutlass.const_expr(cfg.narrow_n is not None) else tiled_mma
 
-        tiled_mma = tiled_mma_for(cfg.tile_n)
-        narrow_mma = tiled_mma_for(cfg.narrow_n) if cutlass.const_expr(cfg.narrow_n is not None) else tiled_mma
-
-        a_layout = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, self.tile, element, cfg.stages)
-        b_layout = sm90.make_smem_layout_b(LayoutEnum.COL_MAJOR, self.tile, element, cfg.stages)
+        a_layout = sm90.make_smem_layout_a(self.a_major, self.tile, element, cfg.stages)
+        b_layout = sm90.make_smem_layout_b(self.b_major, self.tile, element, cfg.stages)
         tile_m = cfg.tile_m
-        epi_layout = sm90.make_smem_layout_epi(element, LayoutEnum.ROW_MAJOR, (tile_m, EPI_N), cfg.epi_stages)
+        epi_layout = sm90.make_smem_layout_epi(element, self.c_major, (tile_m, EPI_N), cfg.epi_stages)
 
         a_rows = cfg.a_box_rows   # A's box: tile_m rows, or the top of each stage's A tile where M is shorter
-        a_box = sm90.make_smem_layout_a(LayoutEnum.ROW_MAJOR, (a_rows, cfg.tile_n, TILE_K), element, 1)
+        a_box = sm90.make_smem_layout_a(self.a_major, (a_rows, cfg.tile_n, TILE_K), element, 1)
         # The operand a pair shares is multicast: B along M (cluster_m), A along N (cluster_n).
         a_load = cpasync.CopyBulkTensorTileG2SMulticastOp() if cutlass.const_expr(cfg.cluster_n > 1) \
             else cpasync.CopyBulkTensorTileG2SOp()
@@ -148,6 +144,21 @@ class HopperGemm(Epilogues):
                     tiled_mma, narrow_mma, a_layout, b_layout, epi_layout).launch(
             grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_size, 1, 1],
             min_blocks_per_mp=1, stream=stream, use_pdl=cfg.pdl)
+
+    def views(self, a_ptr, b_ptr, c_ptr, M, N, K):
+        """The tensors over the three pointers: a (M, K) K-major, b [K, N] row-major as the N-major (N, K) operand,
+        c (M, N) row-major. K and N are multiples of 8 (checked by the host API), which TMA needs to know."""
+        k8, n8 = cute.assume(K, divby=ALIGN), cute.assume(N, divby=ALIGN)
+        return (cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(k8, 1))),
+                cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(1, n8))),
+                cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(n8, 1))))
+
+    def tiled_mma_for(self, n):
+        """The consumers' MMA at tile width n: (warpgroups, 1, 1), the consumer warpgroups split M; each issues
+        m64 x n x k16 with the operands' major modes."""
+        return sm90.make_trivial_tiled_mma(self.element, self.element, self.a_major.sm90_mma_major_mode(),
+                                           self.b_major.sm90_mma_major_mode(), cutlass.Float32,
+                                           (self.warpgroups, 1, 1), tiler_mn=(WGMMA_M, n))
 
     # ---------------------------------------------------------------- device side
     @cute.kernel

@@ -32,15 +32,20 @@ class Epilogues:
     """The epilogue methods of `hopper.HopperGemm` (a mixin: `self.cfg` is the kernel's Config, `self.element`
     c's element type)."""
 
+    # c's layout (`HopperGemm.views`): row-major; column-major makes the staged epilogue's stmatrix transpose. The
+    # register epilogue stores rows of a row-major c only.
+    c_major = LayoutEnum.ROW_MAJOR
+
     # ---------------------------------------------------------------- epilogue 1: registers -> smem -> TMA
     @cute.jit
     def staged_epilogue_setup(self, tiled_mma, sC, ctidx):
         """Once per CTA: the stmatrix copy from the accumulator layout to the sub-tile buffers, staging
         registers for one sub-tile, and the bulk-store group counter that guards buffer reuse."""
         copy_r2s = cute.make_tiled_copy_S(
-            sm90.get_smem_store_op(LayoutEnum.ROW_MAJOR, self.element, cutlass.Float32),
+            sm90.get_smem_store_op(self.c_major, self.element, cutlass.Float32),
             cute.make_tiled_copy_C_atom(
-                cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(False, 4), self.element), tiled_mma))
+                cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(self.c_major.is_m_major_c(), 4), self.element),
+                tiled_mma))
         thr_r2s = copy_r2s.get_slice(ctidx)
         tRS_sC = thr_r2s.partition_D(sC)                         # (R2S, R2S_M, R2S_N, buffer)
         rd_shape = cute.shape(thr_r2s.partition_S(sC))[:3]

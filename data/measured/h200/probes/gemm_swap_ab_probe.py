@@ -5,7 +5,7 @@ WGMMA's N side, whose size goes in steps of 8, and sizes it to M: 96 at M = 96, 
 M = 800, 192 x 8 at M = 1500, 208 x 17 at M = 3500, with our N in 64-row WGMMA blocks. Our kernel puts M on
 WGMMA's M side (64 or 128 rows a tile), which pads M = 96 to 128 and M = 800 to 896 rows of tensor-core work.
 
-The swapped build is `HopperGemm` with three views changed, nothing else in the kernel:
+The swapped build is `HopperGemm` with three views changed (its `views` and major modes), nothing else in the kernel:
   * A' = b viewed as (N, K) with N contiguous: an MN-major operand (today's B view, now in A's place);
   * B' = a as (M, K), K-major: any multiple of 8 rows is a whole 128-byte swizzle atom, so the tile's width
     (our M extent) may be 96, 160, 224 (multiples of the staged epilogue's 32-column sub-tile);
@@ -21,92 +21,36 @@ from __future__ import annotations
 import functools
 import sys
 
-import cutlass
 import cutlass.cute as cute
-import cutlass.utils.hopper_helpers as sm90
 import torch
-from cutlass.cute.nvgpu import OperandMajorMode, cpasync
 from cutlass.cute.runtime import make_fake_stream
 from cutlass.tensor_utils import LayoutEnum
 
 from gemm_kernels import hopper_host
-from gemm_kernels.hopper import WARPGROUP, HopperGemm
-from gemm_kernels.hopper_options import (ALIGN, ARCH, EPI_N, STAGED_BUFFERS, TILE_K, TILE_M, WGMMA_M, Config,
-                                         stage_count)
-from gemm_kernels.hopper_trace import TRACE_COLS
-from gemm_kernels.hopper_worklist import SEGMENT_COLS, band_rows_for, work_rows
+from gemm_kernels.hopper import HopperGemm
+from gemm_kernels.hopper_options import ALIGN, ARCH, EPI_N, STAGED_BUFFERS, TILE_K, TILE_M, Config, stage_count
+from gemm_kernels.hopper_worklist import band_rows_for, work_rows
 from workbook import gpus, launch
 
 
 class SwappedGemm(HopperGemm):
-    """c [M, N] = a @ b computed as c^T = b^T a^T: the kernel's (M', N') = (N, M), its A' = b^T, B' = a."""
+    """c [M, N] = a @ b computed as c^T = b^T a^T: the kernel's (M', N') = (N, M), its A' = b^T, B' = a. Only the
+    views change (`HopperGemm.views`, the major modes, `tiled_mma_for`); launched with a_ptr = our b, b_ptr = our a
+    and the sizes (M', N', K)."""
 
-    @cute.jit
-    def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, c_ptr: cute.Pointer, work_ptr: cute.Pointer,
-                 counter_ptr: cute.Pointer, partials_ptr: cute.Pointer, trace_ptr: cute.Pointer, M: cutlass.Int32,
-                 N: cutlass.Int32, K: cutlass.Int32,
-                 num_items: cutlass.Int32, num_ctas: cutlass.Int32, stream):
-        # a_ptr is our b ([K, N'] = [K, M'] row-major), b_ptr our a ([N', K] row-major), c_ptr our c ([N', M']);
-        # M here is M' (our N, a multiple of 8), N is N' (our M, any size).
+    a_major, b_major, c_major = LayoutEnum.COL_MAJOR, LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
+
+    def views(self, a_ptr, b_ptr, c_ptr, M, N, K):
+        """M is M' (our N, a multiple of 8), N is N' (our M, any size): A' = b ([K, M'] row-major) as the MN-major
+        (M', K), B' = a ([N', K] row-major) K-major, C' = c ([N', M'] row-major) as the column-major (M', N')."""
         k8, m8 = cute.assume(K, divby=ALIGN), cute.assume(M, divby=ALIGN)
-        a = cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(1, m8)))      # MN-major A'
-        b = cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(k8, 1)))      # K-major B'
-        c = cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(1, m8)))      # column-major C'
-        row = SEGMENT_COLS * self.cfg.segments
-        work = cute.make_tensor(work_ptr, cute.make_layout((num_items, row), stride=(row, 1)))
-        counter = cute.make_tensor(counter_ptr, cute.make_layout(2))
-        partials = cute.make_tensor(partials_ptr, cute.make_layout(1))
-        trace = cute.make_tensor(trace_ptr, cute.make_layout((num_ctas, TRACE_COLS), stride=(TRACE_COLS, 1)))
-        cfg = self.cfg
-        element = self.element
+        return (cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(1, m8))),
+                cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(k8, 1))),
+                cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(1, m8))))
+
+    def tiled_mma_for(self, n):
         # a width past WGMMA's 256 is several 96-wide WGMMAs per k16 step (cute.gemm walks the MMA's N mode)
-        tiled_mma = sm90.make_trivial_tiled_mma(element, element, OperandMajorMode.MN, OperandMajorMode.K,
-                                                cutlass.Float32, (self.warpgroups, 1, 1),
-                                                tiler_mn=(WGMMA_M, atom_n(cfg.tile_n)))
-        a_layout = sm90.make_smem_layout_a(LayoutEnum.COL_MAJOR, self.tile, element, cfg.stages)
-        b_layout = sm90.make_smem_layout_b(LayoutEnum.ROW_MAJOR, self.tile, element, cfg.stages)
-        epi_layout = sm90.make_smem_layout_epi(element, LayoutEnum.COL_MAJOR, (cfg.tile_m, EPI_N), cfg.epi_stages)
-        b_load = cpasync.CopyBulkTensorTileG2SMulticastOp() if cutlass.const_expr(cfg.cluster_m > 1) \
-            else cpasync.CopyBulkTensorTileG2SOp()
-        tma_a, tma_tensor_a = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileG2SOp(), a, cute.slice_(a_layout, (None, None, 0)), (cfg.tile_m, TILE_K))
-        tma_b, tma_tensor_b = cpasync.make_tiled_tma_atom(
-            b_load, b, cute.slice_(b_layout, (None, None, 0)), (cfg.tile_n, TILE_K), num_multicast=cfg.cluster_m)
-        tma_c, tma_tensor_c = cpasync.make_tiled_tma_atom(
-            cpasync.CopyBulkTensorTileS2GOp(), c, cute.slice_(epi_layout, (None, None, 0)), (cfg.tile_m, EPI_N))
-
-        @cute.struct
-        class SharedStorage:
-            ring_barriers: cute.struct.MemRange[cutlass.Int64, cfg.stages * 2]
-            queue_barriers: cute.struct.MemRange[cutlass.Int64, 4]
-            queue: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 2], 16]
-            sA: cute.struct.Align[cute.struct.MemRange[element, cute.cosize(a_layout)], 1024]
-            sB: cute.struct.Align[cute.struct.MemRange[element, cute.cosize(b_layout)], 1024]
-            sC: cute.struct.Align[cute.struct.MemRange[element, cute.cosize(epi_layout)], 1024]
-
-        self.shared_storage = SharedStorage
-        self.kernel(tma_a, tma_tensor_a, tma_b, tma_tensor_b, tma_c, tma_tensor_c, c, work, counter, partials, trace,
-                    tiled_mma, tiled_mma, a_layout, b_layout, epi_layout).launch(
-            grid=[num_ctas, 1, 1], block=[WARPGROUP + self.consumer_threads, 1, 1], cluster=[cfg.cluster_size, 1, 1],
-            min_blocks_per_mp=1, stream=stream)
-
-    @cute.jit
-    def staged_epilogue_setup(self, tiled_mma, sC, ctidx):
-        """The library's, with stmatrix transposing: C' is column-major, so each 8 x 8 block goes out by columns."""
-        copy_r2s = cute.make_tiled_copy_S(
-            sm90.get_smem_store_op(LayoutEnum.COL_MAJOR, self.element, cutlass.Float32),
-            cute.make_tiled_copy_C_atom(
-                cute.make_copy_atom(cute.nvgpu.warp.StMatrix8x8x16bOp(True, 4), self.element), tiled_mma))
-        thr_r2s = copy_r2s.get_slice(ctidx)
-        tRS_sC = thr_r2s.partition_D(sC)
-        rd_shape = cute.shape(thr_r2s.partition_S(sC))[:3]
-        tRS_f32 = cute.make_rmem_tensor(rd_shape, cutlass.Float32)
-        tRS_c = cute.make_rmem_tensor(rd_shape, self.element)
-        import cutlass.pipeline as pipeline
-        store_ring = pipeline.PipelineTmaStore.create(
-            num_stages=self.cfg.epi_stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, self.consumer_threads))
-        return copy_r2s, tRS_sC, tRS_f32, tRS_c, store_ring
+        return super().tiled_mma_for(atom_n(n))
 
 
 def atom_n(tile_n: int) -> int:
@@ -128,21 +72,17 @@ def swapped_config(tile_n: int, cluster_m: int = 1, stream_k: bool = False, dtyp
                   epi_stages=STAGED_BUFFERS, cluster_m=cluster_m, stream_k=stream_k)
 
 
-def _args(cfg, *addrs_and_sizes):
-    return hopper_host._args(cfg, *addrs_and_sizes)
-
-
 def compile_swapped(cfg: Config, dump_dir=None):
     """Compile with no GPU (workbook.sass.Artifacts): the CPU check that the build traces and assembles."""
     from workbook import sass
-    return sass.compile_for(SwappedGemm(cfg), *_args(cfg, 16, 16, 16, 16, 16, 16, 16, 4096, 800, 3000, 1,
-                                                     cfg.cluster_size, make_fake_stream()), arch=ARCH,
-                            dump_dir=dump_dir)
+    args = hopper_host._args(cfg, 16, 16, 16, 16, 16, 16, 16, 4096, 800, 3000, 1, cfg.cluster_size,
+                             make_fake_stream())
+    return sass.compile_for(SwappedGemm(cfg), *args, arch=ARCH, dump_dir=dump_dir)
 
 
 @functools.lru_cache(maxsize=None)
 def _launches(cfg: Config, device: int) -> launch.LaunchCache:
-    dummy = _args(cfg, 16, 16, 16, 16, 16, 16, 16, ALIGN, 1, ALIGN, 1, 1, make_fake_stream())
+    dummy = hopper_host._args(cfg, 16, 16, 16, 16, 16, 16, 16, ALIGN, 1, ALIGN, 1, 1, make_fake_stream())
     with launch.on_device(device):
         compiled = cute.compile(SwappedGemm(cfg), *dummy, options=f"--gpu-arch {ARCH}")
     return launch.LaunchCache(compiled, device=device, pointers=7)
@@ -224,7 +164,7 @@ def main(out_dir: str, round_name: str = "first") -> None:
                  torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(2)]
         pick = rule.choose(M, N, K)
         fns = {"torch.matmul": torch.matmul, f"pick: {pick}": hopper_host.gemm}
-        fns.update({n: functools.partial(lambda a, b, cfg: swapped_gemm(a, b, cfg), cfg=cfg) for n, cfg in cfgs.items()})
+        fns.update({n: functools.partial(swapped_gemm, cfg=cfg) for n, cfg in cfgs.items()})
         rows += timed_rows(fns, sets, f"pick: {pick}", 8, M=M, N=N, K=K)
         df = save(rows, f"{out_dir}/gemm_swap_ab{'' if round_name == 'first' else '_' + round_name}.csv")
     pd.set_option("display.width", 220)
