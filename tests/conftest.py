@@ -1,5 +1,6 @@
 """Fixtures shared by several test files."""
 import datetime
+import importlib
 
 import pytest
 
@@ -31,3 +32,11 @@ def fresh_arch_lookup():
     dispatch._arch_of_index.cache_clear()
     yield
     dispatch._arch_of_index.cache_clear()
+
+
+@pytest.fixture
+def load_probe(monkeypatch):
+    """A function that imports a probe of data/measured/h200/probes by its module name; the folder goes on sys.path
+    for the test, since probes import their neighbours (`probe_rows`)."""
+    monkeypatch.syspath_prepend(str(records.DATA / "measured" / "h200" / "probes"))
+    return importlib.import_module

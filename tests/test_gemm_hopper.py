@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -972,30 +970,25 @@ def test_pdl_launches_back_to_back_read_what_the_one_before_wrote(kw):
         assert torch.equal(out, want), f"pair {i}"
 
 
-SWAP_PROBE = Path(__file__).resolve().parent.parent / "data" / "measured" / "h200" / "probes"
-
-
 @pytest.mark.parametrize("build", [(160, 1, False), (96, 2, True), (288, 4, False), (288, 4, True)])
-def test_swap_ab_probe_builds_compile_with_our_m_along_wgmma_n(build, monkeypatch):
+def test_swap_ab_probe_builds_compile_with_our_m_along_wgmma_n(build, load_probe):
     """Builds that `probes/gemm_swap_ab_probe.py` times (the GPU runs in notes/perf-log.md): each WGMMA is 64 rows of
     our N by the build's width of our M (96-wide WGMMAs, three per k16 step, for 288), C' goes out through
     transposing stmatrix and a TMA store, no spills, and a cluster multicasts our A (B')."""
-    monkeypatch.syspath_prepend(str(SWAP_PROBE))
-    probe = importlib.import_module("gemm_swap_ab_probe")
+    probe = load_probe("gemm_swap_ab_probe")
     assert any(build in shape for table in probe.ROUNDS.values() for shape in table.values())
     tile_n, cluster_m, stream_k = build
     code = probe.compile_swapped(probe.swapped_config(tile_n, cluster_m, stream_k)).sass
     ops = sass.histogram(code)
-    wgmma = min(tile_n, 96 if tile_n > 256 else tile_n)
+    wgmma = 96 if tile_n > 256 else tile_n
     assert ops[f"HGMMA.64x{wgmma}x16.F32.BF16"] > 0 and ops["STSM.16.MT88.4"] > 0 and ops["UTMASTG.2D"] > 0
     assert ("UTMALDG.2D.MULTICAST" in ops) == (cluster_m > 1)
     assert "LDL" not in code and "STL" not in code
 
 
 @pytest.mark.parametrize("tile_n", [16, 100, 320])
-def test_swap_ab_probe_refuses_widths_the_staged_epilogue_cannot_store(tile_n, monkeypatch):
-    monkeypatch.syspath_prepend(str(SWAP_PROBE))
-    probe = importlib.import_module("gemm_swap_ab_probe")
+def test_swap_ab_probe_refuses_widths_the_staged_epilogue_cannot_store(tile_n, load_probe):
+    probe = load_probe("gemm_swap_ab_probe")
     with pytest.raises(ValueError, match="multiple of 32"):
         probe.swapped_config(tile_n)
     with pytest.raises(ValueError, match="cluster_m"):

@@ -8,9 +8,7 @@ scores within fp32 accumulation error, and the test proves that for each one), a
 from __future__ import annotations
 
 import functools
-import importlib
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -125,18 +123,14 @@ def assert_fits_its_ctas_per_sm(kernel: hopper.HopperAssign) -> str:
     return art.sass
 
 
-PROBES = Path(__file__).resolve().parent.parent / "data" / "measured" / "h200" / "probes"
-
-
 @pytest.mark.parametrize("build,variant", [("SixteenByteLoads", "lazy_index"), ("LazyWide", "lazy_index"),
                                            ("SixteenByteLoads", "folded_norms")])
 @pytest.mark.parametrize("D", [64, 128])
-def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, variant, D, monkeypatch):
+def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, variant, D, load_probe):
     """The builds that `probes/kmeans_fold_instructions_probe.py` times (prepared, to run on a GPU): each fits what
     its ctas_per_sm promises with no spills, and fills its accumulators' norms by 16-byte loads, four registers
     each (a thread's columns over 4: 16 loads per tile at 128 columns, 32 at 256) with none of 8 bytes."""
-    monkeypatch.syspath_prepend(str(PROBES))
-    probe = importlib.import_module("kmeans_fold_instructions_probe")
+    probe = load_probe("kmeans_fold_instructions_probe")
     kernel = getattr(probe, build)(variant, D, hopper._cutlass_dtype(torch.bfloat16))
     ops = sass.histogram(assert_fits_its_ctas_per_sm(kernel))
     assert ops["LDS.128"] == kernel.block_n // 8 and ops["LDS.64"] == 0, (ops["LDS.128"], ops["LDS.64"])
@@ -145,13 +139,12 @@ def test_fold_instruction_probe_builds_compile_as_the_perf_log_says(build, varia
 @pytest.mark.parametrize("D", [64, 128])
 @pytest.mark.parametrize("form,ctas,threads", [("1 CTA/SM", 1, hopper.THREADS), ("256 threads", 2, 256)])
 def test_points_in_registers_probe_builds_differ_only_in_where_the_points_are_read(D, form, ctas, threads,
-                                                                                   monkeypatch):
+                                                                                   load_probe):
     """The builds that `probes/kmeans_points_in_registers_probe.py` times (prepared, to run on a GPU), in pairs: both
     fit their CTAs per SM (one of 288 threads; two of 256, the producer warp's work done by warp 4) with no spills and
     issue the same WGMMAs with as many waits (none serialized); the register build reads the points from its
     registers (HGMMA's A operand a register, not a descriptor) after loading them once per point tile."""
-    monkeypatch.syspath_prepend(str(PROBES))
-    probe = importlib.import_module("kmeans_points_in_registers_probe")
+    probe = load_probe("kmeans_points_in_registers_probe")
     ops = {}
     for name in (f"shared, {form}", f"registers, {form}"):
         kernel = probe.BUILDS[name][0]("lazy_index", D, hopper._cutlass_dtype(torch.bfloat16))

@@ -67,15 +67,13 @@ def test_the_recorded_kmeans_variant_profiles_read_whole():
         assert df["smsp__issue_active.avg.pct_of_peak_sustained_active"].between(0, 100).all()
 
 
-def test_the_recorded_source_pages_say_where_a_kmeans_warp_waits(monkeypatch):
+def test_the_recorded_source_pages_say_where_a_kmeans_warp_waits(load_probe):
     """`probes/kmeans_ncu_source_probe.py`'s reading of its two recorded runs (lazy_index on the H200), as the perf
     log states it: the named stall reasons hold nearly all samples (about 1 % falls in reasons this ncu does not
     list as columns), and the two largest single waits are a consumer warp's wait for its turn at the tensor cores
     (the instruction after the turn's BAR.SYNC) and for its own WGMMAs (WARPGROUP.DEPBAR)."""
-    import importlib
     probes = records.DATA / "measured" / "h200" / "probes"
-    monkeypatch.syspath_prepend(str(probes))
-    probe = importlib.import_module("kmeans_ncu_source_probe")
+    probe = load_probe("kmeans_ncu_source_probe")
     for shape in ("65536x64x16384", "65536x128x4096"):
         df, stalls = probe.read_source(probes / f"kmeans_ncu_source_lazy_index_{shape}_fce695f.csv.gz")
         total = df[probe.SAMPLES].sum()
