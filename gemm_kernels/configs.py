@@ -23,6 +23,7 @@ from gemm_kernels import blackwell_options, hopper_options
 
 _H = hopper_options.Options
 _REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register")
+_SWAPPED = dict(swap_ab=True, epilogue="staged", schedule="uniform", cluster_m=4)
 
 HOPPER = {
     "128x256x64 s4 register uniform rowmajor": _H(**_REGISTER, schedule="uniform", band_rows=1, cluster_m=1,
@@ -59,8 +60,8 @@ HOPPER_TIMELINES = {
 # shape class, and from which the rule picks one per shape. Each is a tile width, a cluster shape and a schedule:
 # balanced (narrow tiles fill the last wave) or stream-K (the last partial wave, or the whole grid when the tiles
 # are fewer than the SMs, split along K: split-K for skinny and K-heavy problems) or uniform; "one-per-item"
-# launches a CTA per tile instead of persistent CTAs (no work counter: small grids). All defer the register
-# epilogue.
+# launches a CTA per tile instead of persistent CTAs (no work counter: small grids). All but the swapped ones defer
+# the register epilogue.
 HOPPER_CANDIDATES = {
     "256 balanced cluster2": _H(),      # what gemm(a, b, <any options>) runs when it is given options
     "256 balanced cluster1": _H(**_REGISTER, schedule="balanced", cluster_m=1),
@@ -96,6 +97,14 @@ HOPPER_CANDIDATES = {
     "128 uniform cluster2x2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, cluster_n=2),
     "128 stream-k cluster2x2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, cluster_n=2, stream_k=True),
     "64 stream-k cluster2x2": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=2, cluster_n=2, stream_k=True),
+    # Swapped operands ("swapped", `Options.swap_ab`): c^T = b^T a^T, our M along WGMMA's N (the tile's width, in
+    # steps of 32) and clusters of four CTAs along our N sharing each tile of our A: what cuBLAS runs where M is not
+    # a whole number of 128-row tiles (probes/gemm_cublas_census_probe.py). On an H100, against the rule's pick
+    # (probes/gemm_swap_ab_probe.py): 288 wide at 800 x 5000 x 3000 took 0.67 of its time, 96 wide at 96 x 12288 x
+    # 8192 0.93, 128 wide at 384 x 5120 x 10240 0.76.
+    "288 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 288, 64)),
+    "128 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 128, 64)),
+    "96 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 96, 64)),
 }
 HOPPER_FALLBACK = "256 balanced cluster2"   # the rule's choice where the sweep has nothing nearby (= HOPPER_DEFAULT)
 

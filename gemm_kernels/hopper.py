@@ -40,6 +40,13 @@ widths:
   * the epilogue writes only the first `width` columns.
 So one compiled kernel serves both widths; the branch is warp-uniform and sits outside the WGMMA issue.
 
+Swapped operands (`Config.swap_ab`). WGMMA's M is 64 rows a warpgroup, its N any multiple of 8 up to 256: a tile
+of our M in 64-row steps pads M = 96 to 128 rows of tensor-core work and M = 800 to 896. Swapped, the kernel
+computes c^T = b^T a^T: its M' is our N, its N' our M, so our M runs along WGMMA's N (a tile 96 wide covers M = 96,
+three of 288 cover M = 800). Only the views change (`views`, the major modes): A' is our b, M'-major, as B was;
+B' our a, K-major; C' our c, column-major, written by the staged epilogue's transposing stmatrix. A width past
+256 issues several 96-wide WGMMAs per k16 step (`tiled_mma_for`). Clusters along M' then share our A.
+
 Tails. M and N tails: TMA zero-fills out-of-bounds loads, the TMA store clips, and the register epilogue
 predicates every 16-byte store (the second CTA of a pair may own no rows of the last item; it still loads
 and multicasts its half of B). K tail: zero-filled K-blocks add nothing. TMA needs 16-byte aligned row
@@ -57,7 +64,7 @@ from cutlass.cute.nvgpu import cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 from gemm_kernels.hopper_epilogue import Epilogues
-from gemm_kernels.hopper_options import ALIGN, EPI_N, TILE_K, WGMMA_M, Config
+from gemm_kernels.hopper_options import ALIGN, EPI_N, TILE_K, WGMMA_M, Config, wgmma_n
 from gemm_kernels.hopper_trace import TRACE_COLS, TRACE_FIELDS, TRACE_SEGMENTS
 from gemm_kernels.hopper_worklist import CONTRIBUTE, FINISH, SEGMENT_COLS
 
@@ -72,11 +79,13 @@ class HopperGemm(Epilogues):
     """The kernel for one `Config`; `__call__` is the host-side @cute.jit entry point."""
 
     # How `views` lays out the operands (LayoutEnum: ROW_MAJOR is K-major for A and B): a K-major, b N-major; c's
-    # is `Epilogues.c_major`. A build that views the pointers otherwise changes these with `views`.
+    # is `Epilogues.c_major`. Swapped (`Config.swap_ab`), each is the other way (`__init__`).
     a_major, b_major = LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
 
     def __init__(self, config: Config):
         self.cfg = config
+        if config.swap_ab:
+            self.a_major, self.b_major, self.c_major = LayoutEnum.COL_MAJOR, LayoutEnum.ROW_MAJOR, LayoutEnum.COL_MAJOR
         self.element = ELEMENT_TYPES[config.dtype]
         self.tile = (config.tile_m, config.tile_n, TILE_K)
         self.staged = config.staged
@@ -147,7 +156,14 @@ class HopperGemm(Epilogues):
 
     def views(self, a_ptr, b_ptr, c_ptr, M, N, K):
         """The tensors over the three pointers: a (M, K) K-major, b [K, N] row-major as the N-major (N, K) operand,
-        c (M, N) row-major. K and N are multiples of 8 (checked by the host API), which TMA needs to know."""
+        c (M, N) row-major. K and N are multiples of 8 (checked by the host API), which TMA needs to know.
+        Swapped, the host passes our b, our a, c and the sizes (our N, our M, K): A' is our b as the M'-major
+        (M', K), B' our a K-major, C' our c as the column-major (M', N')."""
+        if cutlass.const_expr(self.cfg.swap_ab):
+            k8, m8 = cute.assume(K, divby=ALIGN), cute.assume(M, divby=ALIGN)
+            return (cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(1, m8))),
+                    cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(k8, 1))),
+                    cute.make_tensor(c_ptr, cute.make_layout((M, N), stride=(1, m8))))
         k8, n8 = cute.assume(K, divby=ALIGN), cute.assume(N, divby=ALIGN)
         return (cute.make_tensor(a_ptr, cute.make_layout((M, K), stride=(k8, 1))),
                 cute.make_tensor(b_ptr, cute.make_layout((N, K), stride=(1, n8))),
@@ -155,10 +171,11 @@ class HopperGemm(Epilogues):
 
     def tiled_mma_for(self, n):
         """The consumers' MMA at tile width n: (warpgroups, 1, 1), the consumer warpgroups split M; each issues
-        m64 x n x k16 with the operands' major modes."""
+        m64 x n x k16 with the operands' major modes, or past WGMMA's widest several narrower ones per k16 step
+        (`wgmma_n`: `cute.gemm` walks the MMA's N mode)."""
         return sm90.make_trivial_tiled_mma(self.element, self.element, self.a_major.sm90_mma_major_mode(),
                                            self.b_major.sm90_mma_major_mode(), cutlass.Float32,
-                                           (self.warpgroups, 1, 1), tiler_mn=(WGMMA_M, n))
+                                           (self.warpgroups, 1, 1), tiler_mn=(WGMMA_M, wgmma_n(n)))
 
     # ---------------------------------------------------------------- device side
     @cute.kernel

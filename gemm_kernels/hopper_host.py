@@ -4,6 +4,7 @@
     c = gemm(a, b, Options(schedule="uniform"))         # any `hopper_options.Options` ...
     c = gemm(a, b, cluster_m=1, out=c)                  # ... or its fields by name, over the default
     c = gemm(a, b, autotune=True)                       # the fastest of `rule.contenders`, timed once per shape
+    c = gemm(a, b, swap_ab=True, epilogue="staged", tile=(128, 288, 64), cluster_m=4)   # c^T = b^T a^T
     art = compile_gemm(4096, 4096, 4096)                # no GPU needed: workbook.sass.Artifacts
     c, frame = timeline(a, b)                           # the traced build: every CTA's rows (hopper_trace)
 
@@ -96,7 +97,8 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options, dtype: torch
     rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k, cfg.tile_m)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
     slots = min(len(rows), plan.slots) if options.persistent else len(rows)
-    sizes = (M, N, K, len(rows), slots * cfg.cluster_size)
+    # swapped, the kernel computes the (N, M) problem c^T = b^T a^T (`_launch` passes b as its a)
+    sizes = ((N, M) if cfg.swap_ab else (M, N)) + (K, len(rows), slots * cfg.cluster_size)
     out_like = torch.empty(1, dtype=dtype, device=work.device).expand(M, N)
     return _Call(cfg, plan, work, _launches(cfg, device), sizes, out_like, partial_slots)
 
@@ -251,7 +253,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
     `options`: a `hopper_options.Options` (default: the per-shape rule's choice, `gemm_kernels.rule`; with
     keyword overrides alone, `Options()`), with any of its fields overridden by keyword (`tile`, `stages`,
     `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `cluster_n`, `band_rows`, `persistent`, `dynamic`,
-    `defer_epilogue`, `stream_k`; each is described there). `autotune=True` instead times the candidates the rule
+    `defer_epilogue`, `stream_k`, `swap_ab`, ...; each is described there). `autotune=True` instead times the candidates the rule
     and the nearest measured shapes favour (`rule.contenders`) on these operands at the first call of each shape,
     dtype and device in this process, and runs the fastest from then on (a first call costs their compiles and ~30
     calls each)."""
@@ -280,7 +282,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
 
 
 def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: int) -> None:
-    """Launch `call`'s kernel on checked operands (through its launch cache: a graph replay after the first)."""
+    """Launch `call`'s kernel on checked operands (through its launch cache: a graph replay after the first);
+    swapped, the kernel's A' is our b and its B' our a."""
+    if call.cfg.swap_ab:
+        a, b = b, a
     key = (a.data_ptr(), b.data_ptr(), out.data_ptr()) + call.tail(stream)
     call.launches(key, lambda s: _args(call.cfg, *key, cuda_driver.CUstream(s)), stream)
 

@@ -41,6 +41,15 @@ ALIGN = 8             # elements: TMA wants 16-byte aligned strides
 DTYPES = (torch.bfloat16, torch.float16)   # of a, b and c (one of them per call); the accumulator is fp32
 DEFAULT_TILE = (TILE_M, 256, TILE_K)
 STAGED_BUFFERS = 2    # staged epilogue: (tile_m x 32) sub-tile buffers, so one TMA store overlaps the next stmatrix
+WGMMA_N_MAX = 256     # the widest WGMMA; a swapped tile of 288 columns issues three 96-wide ones (`wgmma_n`)
+SWAPPED_WIDE = 288    # the one swapped width past WGMMA_N_MAX: 3 x 96, cuBLAS's tile at 800 x 5000 x 3000
+SWAPPED_CLUSTERS = (1, 2, 4)   # swapped: CTAs along our N sharing each tile of our A (cuBLAS runs fours)
+
+
+def wgmma_n(tile_n: int) -> int:
+    """One WGMMA's width for a tile `tile_n` wide: the tile's own, or 96 past WGMMA_N_MAX (288 = 3 x 96, so each
+    32-column sub-tile of the staged epilogue lies inside one WGMMA's columns)."""
+    return tile_n if tile_n <= WGMMA_N_MAX else 96
 
 
 def width_step(epilogue: str) -> int:
@@ -120,7 +129,12 @@ class Options(BackendOptions):
     the stream (PDL): the CTAs start, set up their barriers and prefetch their descriptors while that kernel
     drains, and wait for it to finish (`griddepcontrol.wait`) before their first global access. Off by default:
     through the launch cache's graphs it moved no shape's time by more than 5 % either way (an H100,
-    data/measured/nvidia_h100_80gb_hbm3/probes/pdl_a5c1543.csv).
+    data/measured/nvidia_h100_80gb_hbm3/probes/pdl_a5c1543.csv). swap_ab: compute c^T = b^T a^T, so that our M
+    runs along WGMMA's N, whose size goes in steps of 8, and our N along its 64-row M: the tile is 128 rows of
+    our N by tile_n of our M, cuBLAS's plan where M is not a whole number of 128-row tiles (`gemm_kernels.hopper`,
+    "Swapped operands"). It needs the staged epilogue (c is written column-major by a transposing stmatrix),
+    128-row tiles, tile_n a multiple of 32 up to 256 or 288 (three 96-wide WGMMAs), cluster_m 1, 2 or 4 (CTAs
+    along our N sharing each tile of our A), cluster_n 1, and plans uniform tiles only.
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
     stages: int | None = None
@@ -138,10 +152,13 @@ class Options(BackendOptions):
     clamp_a_box: bool | None = None
     trace: bool = False
     pdl: bool = False
+    swap_ab: bool = False
 
     def __post_init__(self):
         tile = DEFAULT_TILE if self.tile is None else tuple(self.tile)
-        if (len(tile) != 3 or tile[0] not in TILE_MS or tile[2] != TILE_K or tile[1] % B_ATOM_N
+        if self.swap_ab:
+            self._check_swapped(tile)
+        elif (len(tile) != 3 or tile[0] not in TILE_MS or tile[2] != TILE_K or tile[1] % B_ATOM_N
                 or not 64 <= tile[1] <= 256):
             raise ValueError(f"Hopper tiles are (tile_m, tile_n, {TILE_K}) with tile_m one of {TILE_MS} (one or two "
                              f"consumer warpgroups of {WGMMA_M} rows; a taller item is a CTA pair: cluster_m=2) and "
@@ -151,16 +168,20 @@ class Options(BackendOptions):
             raise ValueError(f"epilogue must be one of {EPILOGUES}, got {self.epilogue!r}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
-        for name in ("cluster_m", "cluster_n"):
-            if getattr(self, name) not in (1, 2):
-                raise ValueError(f"{name} must be 1 or 2, got {getattr(self, name)!r}")
+        clusters = SWAPPED_CLUSTERS if self.swap_ab else (1, 2)
+        if self.cluster_m not in clusters:
+            raise ValueError(f"cluster_m must be one of {clusters}{' (4: swapped only)' if not self.swap_ab else ''}, "
+                             f"got {self.cluster_m!r}")
+        if self.cluster_n not in (1, 2):
+            raise ValueError(f"cluster_n must be 1 or 2, got {self.cluster_n!r}")
         if self.stages is not None:
             if self.stages < 2:
                 raise ValueError(f"stages must be >= 2, got {self.stages}")
             stage_budget(tile, self.epilogue, depth=self.stages)   # ValueError when that many do not fit
         if self.narrow_ns is not None:
-            if self.cluster_n > 1:
-                raise ValueError("narrow_ns: a cluster along N (cluster_n=2) plans uniform tiles only")
+            if self.cluster_n > 1 or self.swap_ab:
+                raise ValueError("narrow_ns: a cluster along N (cluster_n=2) and swapped operands (swap_ab) plan "
+                                 "uniform tiles only")
             object.__setattr__(self, "narrow_ns", self._chosen_narrow())
         if self.band_rows is not None:
             check_band_rows(self.band_rows)
@@ -173,6 +194,18 @@ class Options(BackendOptions):
         self._seal()
 
     __hash__ = BackendOptions.cached_hash
+
+    def _check_swapped(self, tile) -> None:
+        """What swap_ab needs (the class doc says why)."""
+        if len(tile) != 3 or tile[0] != TILE_M or tile[2] != TILE_K or not (
+                tile[1] % EPI_N == 0 and EPI_N <= tile[1] <= WGMMA_N_MAX or tile[1] == SWAPPED_WIDE):
+            raise ValueError(f"swapped tiles are ({TILE_M}, tile_n, {TILE_K}): {TILE_M} rows of our N and tile_n of our "
+                             f"M, a multiple of {EPI_N} up to {WGMMA_N_MAX}, or {SWAPPED_WIDE}; got {tile}")
+        if self.epilogue != "staged":
+            raise ValueError("swap_ab needs epilogue='staged': c is written column-major, by a transposing stmatrix "
+                             "and a TMA store (the register epilogue stores rows of a row-major c)")
+        if self.cluster_n != 1:
+            raise ValueError("swap_ab clusters CTAs along our N only (cluster_m), not cluster_n")
 
     def _chosen_narrow(self) -> tuple[int, ...]:
         allowed = narrow_widths(self.tile_n, self.epilogue)
@@ -215,8 +248,9 @@ class Options(BackendOptions):
 
     @property
     def narrow_choices(self) -> tuple[int, ...]:
-        """The narrow widths the balanced plan may choose from, widest first (none for a cluster along N)."""
-        if self.cluster_n > 1:
+        """The narrow widths the balanced plan may choose from, widest first (none for a cluster along N or swapped
+        operands)."""
+        if self.cluster_n > 1 or self.swap_ab:
             return ()
         return narrow_widths(self.tile_n, self.epilogue) if self.narrow_ns is None else self.narrow_ns
 
@@ -245,6 +279,7 @@ class Config:
     clamp_a: bool = False          # A's box kept inside M, the result's rows mapped back (`HopperGemm.a_origin`)
     trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
     pdl: bool = False              # a programmatic dependent launch (`Options.pdl`)
+    swap_ab: bool = False          # c^T = b^T a^T: the kernel's M is our N, its N our M (`Options.swap_ab`)
 
     @property
     def a_box_rows(self) -> int:
@@ -285,7 +320,8 @@ def short_a_rows(M: int, options: Options) -> int | None:
     output rows from them are past M, never stored. A CTA pair's second CTA starts at row tile_m, so a
     cluster keeps whole boxes (and a pair along N splits the box between its CTAs)."""
     rows = max(8, 1 << (M - 1).bit_length())
-    return rows if options.short_a_box and options.cluster_size == 1 and rows < options.tile_m else None
+    fits = options.short_a_box and options.cluster_size == 1 and not options.swap_ab and rows < options.tile_m
+    return rows if fits else None
 
 
 def clamps_a_box(M: int, options: Options) -> bool:
@@ -304,9 +340,11 @@ def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrid
     """The planner's work list for exactly the run `options` describe: uniform tiles, or balanced so the last
     wave fills the GPU. An item is a cluster's tile (cluster_m x tile_m rows, cluster_n x tile_n columns) and a
     slot is a cluster: with the default CTA pairs, 66 slots on an H200. gpu: a `workbook.gpus` spec, default the
-    GPU present or the H200."""
+    GPU present or the H200. With swap_ab the plan is the kernel's, of the (N, M) output it computes."""
     o = Options.of(options, **overrides)
     gpu = gpu or gpus.current() or gpus.H200
+    if o.swap_ab:
+        M, N = N, M
     return waves.plan(M, N, gpu=gpu, tile_m=o.tile_m * o.cluster_m,
                       tile_ns=(o.tile_n * o.cluster_n, *o.narrow_choices),
                       balanced=o.schedule == "balanced", schedule="static", ctas_per_item=o.cluster_size)
@@ -326,5 +364,5 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m,
                  cluster_n=o.cluster_n, dynamic=o.dynamic, defer_epilogue=o.deferred,
                  stream_k=o.stream_k, a_rows=short_a_rows(M, o), clamp_a=clamps_a_box(M, o),
-                 trace=o.trace, pdl=o.pdl)
+                 trace=o.trace, pdl=o.pdl, swap_ab=o.swap_ab)
     return cfg, plan

@@ -42,12 +42,17 @@ _SCHEDULES = {"balanced": "b", "stream-k": "sk", "uniform": "u", "one-per-item":
 def short_name(name: str) -> str:
     """A cell-sized label of a configuration name: "256 balanced cluster2" -> "256b2", "128 stream-k cluster1"
     -> "128sk1", "64 one-per-item cluster1" -> "64p1" (width, schedule, CTAs per cluster); the small-M tile's
-    names give its rows too: "64x128 uniform cluster1" -> "64x128u1"."""
+    names give its rows too: "64x128 uniform cluster1" -> "64x128u1"; swapped operands end in "s":
+    "288 uniform cluster4 swapped" -> "288u4s"."""
     parts = name.split()
+    swapped = parts[3:] == ["swapped"]
+    if swapped:
+        parts = parts[:3]
     if (len(parts) != 3 or not re.fullmatch(r"\d+(x\d+)?", parts[0]) or parts[1] not in _SCHEDULES
             or not parts[2].startswith("cluster")):
-        raise ValueError(f"{name!r} is not a 'width schedule clusterN' name like those of configs.HOPPER_CANDIDATES")
-    return f"{parts[0]}{_SCHEDULES[parts[1]]}{parts[2].removeprefix('cluster')}"
+        raise ValueError(f"{name!r} is not a 'width schedule clusterN [swapped]' name like those of "
+                         f"configs.HOPPER_CANDIDATES")
+    return f"{parts[0]}{_SCHEDULES[parts[1]]}{parts[2].removeprefix('cluster')}{'s' if swapped else ''}"
 
 
 def percent(frame: pd.DataFrame, timing: str) -> pd.DataFrame:

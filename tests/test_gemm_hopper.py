@@ -42,6 +42,7 @@ SEVEN = dict(tile=(128, 128, 64), stages=7, epilogue="register", schedule="unifo
 CLUSTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="uniform", cluster_m=2,
                defer_epilogue=False)
 CLUSTER_N = dict(REGISTER, cluster_n=2)     # the pair side by side along N, sharing A
+SWAPPED = dict(swap_ab=True, epilogue="staged", schedule="uniform")   # c^T = b^T a^T (`Options.swap_ab`)
 
 
 @pytest.mark.parametrize("kw", [REGISTER, STAGED, SEVEN, CLUSTER], ids=["register", "staged", "7-stage", "cluster"])
@@ -435,6 +436,13 @@ GPU_CONFIGS = {
     "cluster2x2-128-staged": dict(tile=(128, 128, 64), schedule="uniform", cluster_m=2, cluster_n=2,
                                   epilogue="staged"),
     "cluster2x2-stream-k": dict(tile=(128, 64, 64), schedule="uniform", cluster_m=2, cluster_n=2, stream_k=True),
+    # swapped (c^T = b^T a^T): at (77, 8, 8) the kernel's 8 rows leave three CTAs of a four with none; at M = 1000
+    # a 288-wide tile's last one is 136 wide, a 96-wide one's 40
+    "swapped-288-cluster4": dict(SWAPPED, tile=(128, 288, 64), cluster_m=4),
+    "swapped-96-cluster4-stream-k": dict(SWAPPED, tile=(128, 96, 64), cluster_m=4, stream_k=True),
+    "swapped-160-cluster1": dict(SWAPPED, tile=(128, 160, 64), cluster_m=1),
+    "swapped-128-cluster2-one-per-item": dict(SWAPPED, tile=(128, 128, 64), cluster_m=2, persistent=False),
+    "swapped-224-cluster2-static": dict(SWAPPED, tile=(128, 224, 64), cluster_m=2, dynamic=False),
 }
 # 67 items on 66 CTA pairs with 256 K-blocks each: the one tail item goes to 66 units of 3-4 K-blocks, 65 of them
 # contributing to one FINISH, while the other pairs still run ~100 us rows. Claimed like rows, the units
@@ -448,7 +456,8 @@ GPU_SHAPES = [(1000, 1032, 520), (128, 256, 64), (77, 8, 8), (2048, 5120, 1024),
 
 # fp16 operands run the same kernel with another element type: the default build, stream-K, the 128-wide
 # single-CTA build and the staged epilogue (its own conversion and stmatrix path) cover every place it enters.
-FP16_CONFIGS = ("default", "stream-k", "7-stage-128", "staged-uniform", "cluster2n-64", "cluster2x2-64")
+FP16_CONFIGS = ("default", "stream-k", "7-stage-128", "staged-uniform", "cluster2n-64", "cluster2x2-64",
+                "swapped-288-cluster4", "swapped-160-cluster1")
 DTYPE_CONFIGS = ([pytest.param(torch.bfloat16, c, id=f"bf16-{c}") for c in GPU_CONFIGS]
                  + [pytest.param(torch.float16, c, id=f"fp16-{c}") for c in FP16_CONFIGS])
 
@@ -970,26 +979,42 @@ def test_pdl_launches_back_to_back_read_what_the_one_before_wrote(kw):
         assert torch.equal(out, want), f"pair {i}"
 
 
-@pytest.mark.parametrize("build", [(160, 1, False), (96, 2, True), (288, 4, False), (288, 4, True)])
-def test_swap_ab_probe_builds_compile_with_our_m_along_wgmma_n(build, load_probe):
-    """Builds that `probes/gemm_swap_ab_probe.py` times (the GPU runs in notes/perf-log.md): each WGMMA is 64 rows of
-    our N by the build's width of our M (96-wide WGMMAs, three per k16 step, for 288), C' goes out through
-    transposing stmatrix and a TMA store, no spills, and a cluster multicasts our A (B')."""
-    probe = load_probe("gemm_swap_ab_probe")
-    assert any(build in shape for table in probe.ROUNDS.values() for shape in table.values())
-    tile_n, cluster_m, stream_k = build
-    code = probe.compile_swapped(probe.swapped_config(tile_n, cluster_m, stream_k)).sass
-    ops = sass.histogram(code)
-    wgmma = 96 if tile_n > 256 else tile_n
+@pytest.mark.parametrize("width,cluster_m,stream_k", [(288, 4, False), (96, 4, True), (160, 1, False), (128, 2, False)])
+def test_swapped_builds_put_our_m_along_wgmma_n(width, cluster_m, stream_k):
+    """Swapped (`Options.swap_ab`): each WGMMA is 64 rows of our N by the tile's width of our M (three 96-wide ones
+    per k16 step for 288), c goes out column-major through a transposing stmatrix and a TMA store, a cluster
+    multicasts our A, nothing spills; the same tile unswapped stores through a plain stmatrix."""
+    kw = dict(SWAPPED, tile=(128, width, 64), cluster_m=cluster_m, stream_k=stream_k)
+    ops = opcodes(compiled(800, 4096, 3000, **kw))
+    wgmma = 96 if width > 256 else width
     assert ops[f"HGMMA.64x{wgmma}x16.F32.BF16"] > 0 and ops["STSM.16.MT88.4"] > 0 and ops["UTMASTG.2D"] > 0
+    assert count(ops, "HGMMA.64x") == ops[f"HGMMA.64x{wgmma}x16.F32.BF16"]
     assert ("UTMALDG.2D.MULTICAST" in ops) == (cluster_m > 1)
-    assert "LDL" not in code and "STL" not in code
+    assert "LDL" not in ops and "STL" not in ops
+    assert "STSM.16.MT88.4" not in opcodes(compiled(4096, 4096, 4096, **STAGED))
 
 
-@pytest.mark.parametrize("tile_n", [16, 100, 320])
-def test_swap_ab_probe_refuses_widths_the_staged_epilogue_cannot_store(tile_n, load_probe):
-    probe = load_probe("gemm_swap_ab_probe")
-    with pytest.raises(ValueError, match="multiple of 32"):
-        probe.swapped_config(tile_n)
-    with pytest.raises(ValueError, match="cluster_m"):
-        probe.swapped_config(96, cluster_m=3)
+def test_a_swapped_plan_is_the_kernels_of_the_transposed_output():
+    """The kernel computes the (N, M) output c^T: its plan's rows are our N in clusters of 4 x 128, its columns
+    our M in tiles of 288; the sizes it is launched with are swapped the same way; A's short box stays off."""
+    o = hopper_options.Options(**SWAPPED, tile=(128, 288, 64), cluster_m=4)
+    plan = hopper_options.plan_for(800, 5000, o, gpus.H200)
+    assert plan == waves.plan(5000, 800, gpu=gpus.H200, tile_m=512, tile_ns=(288,), balanced=False,
+                              schedule="static", ctas_per_item=4)
+    assert len(plan.items) == 10 * 3 and plan.narrow is None
+    cfg, _ = hopper_options.config_for(100, 5000, o, gpus.H200)
+    assert cfg.swap_ab and cfg.a_rows is None and cfg.stages == hopper_options.stage_count((128, 288, 64), "staged")
+    assert hopper_options.Options(**{**SWAPPED, "schedule": "balanced"}, tile=(128, 96, 64)).narrow_choices == ()
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(tile=(128, 100, 64)), "multiple of 32"), (dict(tile=(128, 320, 64)), "multiple of 32"),
+    (dict(tile=(64, 128, 64)), r"\(128, tile_n, 64\)"), (dict(epilogue="register"), "staged"),
+    (dict(cluster_m=3), "cluster_m"), (dict(cluster_n=2), "cluster_n"), (dict(narrow_ns=(64,)), "uniform")])
+def test_swap_ab_refuses_what_it_cannot_run(kw, match):
+    with pytest.raises(ValueError, match=match):
+        hopper_options.Options(**{**SWAPPED, "tile": (128, 128, 64), **kw})
+    with pytest.raises(ValueError, match="swapped only"):
+        hopper_options.Options(cluster_m=4)
+    with pytest.raises(ValueError, match="64-column"):
+        hopper_options.Options(tile=(128, 96, 64))      # 96 wide: swapped only (B's swizzle blocks are 64 wide)

@@ -53,6 +53,7 @@ REGISTER = dict(tile=(128, 256, 64), stages=4, epilogue="register", schedule="un
                 defer_epilogue=False)
 STAGED = dict(tile=(128, 256, 64), stages=4, epilogue="staged", schedule="uniform", cluster_m=1)
 CLUSTER = dict(REGISTER, cluster_m=2)
+SWAPPED = dict(swap_ab=True, tile=(128, 288, 64), epilogue="staged", schedule="uniform", cluster_m=4)
 S4 = 4096
 S8 = 8192
 HOPPER_GEMM = {
@@ -110,6 +111,10 @@ HOPPER_GEMM = {
     "n64-cluster2n": (1024, 1024, 8192, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1, cluster_n=2)),
     "n64-cluster2n-stream-k": (1024, 1024, 8192, dict(tile=(128, 64, 64), schedule="uniform", cluster_m=1,
                                                       cluster_n=2, stream_k=True)),
+    "swapped-288-cluster4": (800, S4, 3000, SWAPPED),
+    "swapped-96-cluster4-stream-k": (96, 12288, 8192, dict(SWAPPED, tile=(128, 96, 64), stream_k=True)),
+    "swapped-160-cluster1-fp16": (800, S4, 3000, dict(SWAPPED, tile=(128, 160, 64), cluster_m=1, dtype="fp16")),
+    "swapped-128-cluster2-trace": (800, S4, 3000, dict(SWAPPED, tile=(128, 128, 64), cluster_m=2, trace=True)),
 }
 
 # The Blackwell GEMM compiles with static shapes (the K loop's trip count is known): (M, N, K) matter.
