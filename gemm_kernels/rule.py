@@ -280,12 +280,13 @@ def class_summary(frame, variant: str | None = None):
 
 
 def latest_run(frame):
-    """Each class's rows from the latest run that swept it (a run's `date` is its start): every candidate of a
-    class is judged against torch.matmul in one run, and a sweep of some classes (`--classes`) refreshes those
-    without discarding the others. A run that timed only some candidates replaces its classes all the same."""
+    """Each class's rows of each contender from the latest run that timed it there (a run's `date` is its start).
+    Every ratio is to torch.matmul timed in the same run, taking turns, so a sweep of some classes (`--classes`)
+    or of some candidates (`--candidates`: one added later, or re-timed after a change) refreshes those and keeps
+    the others' latest ratios. Absolute times of two candidates may then come from two runs; only ratios compare."""
     if frame.empty:
         return frame
-    newest = frame.groupby("class").date.transform("max")
+    newest = frame.groupby(["class", "variant"]).date.transform("max")
     return frame[frame.date == newest]
 
 

@@ -1,10 +1,14 @@
 """The shapes users run, by class, and the sweep that times every candidate configuration on them beside
 torch.matmul (cuBLAS): the data the per-shape rule (`gemm_kernels.rule`) is learned from.
 
-    python -m gemm_kernels.sweep                       # every class, every candidate (H100/H200; ~6 minutes)
-    python -m gemm_kernels.sweep --classes skinny --candidates "128 stream-k cluster1"
+    python -m gemm_kernels.sweep                       # every class, every candidate (H100/H200: the odd class,
+                                                       # 14 shapes x 32 contenders, took 6 minutes on an H100)
+    python -m gemm_kernels.sweep --classes skinny --candidates "128 stream-k cluster1"   # a candidate added later:
+                                                       # its ratios join the others' (`rule.latest_run`)
     python -m gemm_kernels.sweep --default-only        # gemm(a, b) as shipped (the rule) vs torch.matmul, on the
                                                        # swept shapes and on HELD_OUT ones (column held_out)
+    WORKBOOK_RUN_DATE=2026-12-06T08:00:00Z python -m gemm_kernels.sweep --classes skinny --part 1/2   # then 2/2:
+                                                       # one run in two processes (a lent GPU's calls are short)
 
     sweep.SHAPES["skinny"]          # [(M, N, K), ...] of one class
     sweep.classes_of(16, 4096, 4096)  # ("skinny",)
@@ -206,6 +210,17 @@ def contenders(candidates=None, default_only: bool = False) -> dict:
     return fns
 
 
+def _part(text: str) -> tuple[int, int]:
+    """"K/N" -> (K, N) with 1 <= K <= N (argparse's type for --part)."""
+    try:
+        k, n = (int(v) for v in text.split("/"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--part takes K/N, like 1/2; got {text!r}") from None
+    if not 1 <= k <= n:
+        raise argparse.ArgumentTypeError(f"--part K/N needs 1 <= K <= N, got {text!r}")
+    return k, n
+
+
 def main(argv=None):
     from gemm_kernels import configs
     p = argparse.ArgumentParser(prog="python -m gemm_kernels.sweep", description=__doc__,
@@ -217,12 +232,17 @@ def main(argv=None):
                    help=f"time gemm(a, b) with no options (the per-shape rule) against torch.matmul; table "
                         f"{DEFAULT_TABLE}")
     p.add_argument("--rounds", type=int, default=ROUNDS, help=f"interleaved rounds per shape (default {ROUNDS})")
+    p.add_argument("--part", type=_part, default=(1, 1), metavar="K/N",
+                   help="time only the K-th of N interleaved parts of the shapes (give every part's process one "
+                        "WORKBOOK_RUN_DATE, so that their rows read back as one run)")
     p.add_argument("--estimate", action="store_true", help="print the expected GPU minutes and stop")
     p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
     args = p.parse_args(argv)
     if args.rounds < 2:
         p.error("--rounds must be >= 2 (an interval needs rounds)")
     shapes = all_shapes(args.classes, (SHAPES, HELD_OUT) if args.default_only else (SHAPES,))
+    part, parts = args.part
+    shapes = shapes[part - 1::parts]
     fns_count = 2 if args.default_only else 1 + len(args.candidates or configs.HOPPER_CANDIDATES)
     minutes = estimate_minutes([s for _, s in shapes], fns_count, args.rounds)
     print(f"{len(shapes)} shapes x {fns_count} contenders: about {minutes:.1f} GPU minutes", flush=True)

@@ -28,6 +28,18 @@ def test_every_class_shape_belongs_to_its_class_and_is_swept_once():
         sweep.all_shapes(["squares"])
 
 
+def test_the_parts_of_a_sweep_take_every_shape_once(capsys):
+    """`--part K/N`: the N parts, interleaved in order of expected time, are the whole sweep, each shape once."""
+    parts = [sweep.all_shapes(["skinny"])[k::3] for k in range(3)]
+    assert sorted(s for p in parts for s in p) == sorted(sweep.all_shapes(["skinny"]))
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    sweep.main(["--classes", "skinny", "--part", "2/3", "--estimate"])
+    assert capsys.readouterr().out.startswith(f"{len(parts[1])} shapes x ")
+    for bad in ("0/2", "3/2", "half"):
+        with pytest.raises(SystemExit):
+            sweep.main(["--part", bad, "--estimate"])
+
+
 def test_held_out_shapes_are_not_swept_and_belong_to_their_class():
     swept = {s for _, s in sweep.all_shapes()}
     for cls, shapes in sweep.HELD_OUT.items():
@@ -328,8 +340,9 @@ def test_gemm_without_options_runs_the_rules_choice(M, N, K):
     assert ((c.float() - ref).norm() / ref.norm()).item() < 1e-2
 
 
-def test_the_latest_run_is_taken_class_by_class():
-    """A sweep of some classes refreshes those and keeps the others' latest run; within a class, one run."""
+def test_the_latest_run_is_taken_class_by_class_and_candidate_by_candidate():
+    """A sweep of some classes refreshes those and keeps the others' latest run; a sweep of some candidates in a
+    class (a candidate added later) refreshes those and keeps the other candidates' latest ratios there."""
     old = _frame(BEST, SHAPES).assign(date="2026-01-01T00:00:00Z")
     old.loc[old.M < 1024, "class"] = "skinny"
     new_best = {s: "128 balanced cluster1" for s in SHAPES}
@@ -342,6 +355,16 @@ def test_the_latest_run_is_taken_class_by_class():
     assert fitted.choose(16, 4096, 4096) == "128 balanced cluster1"
     assert fitted.choose(4096, 4096, 4096) == "256 balanced cluster2"
     assert rule.latest_run(latest.iloc[0:0]).empty
+    # a third run times one candidate beside torch.matmul in the skinny class: it wins there, the rest stay
+    added = "96 uniform cluster4 swapped"
+    third = _frame({s: added for s in SHAPES[3:]}, SHAPES[3:]).assign(date="2026-01-03T00:00:00Z")
+    third = third[third.variant.isin([added, "torch.matmul"])].assign(**{"class": "skinny"})
+    third.loc[third.variant == added, "ratio"] = 0.8          # faster than the second run's best (0.9)
+    latest = rule.latest_run(pd.concat([old, new, third], ignore_index=True))
+    skinny = latest[latest["class"] == "skinny"]
+    assert set(skinny[skinny.variant == added].date) == {"2026-01-03T00:00:00Z"}
+    assert set(skinny[skinny.variant == "128 balanced cluster1"].date) == {"2026-01-02T00:00:00Z"}
+    assert rule.fit(latest).choose(16, 4096, 4096) == added
 
 
 def test_per_class_is_the_one_summary_of_both_tables():

@@ -345,6 +345,18 @@ def test_rows_appended_shape_by_shape_read_back_as_one_run(tmp_path, rng, tickin
     assert records.start_run() != first and records.run_date() != first   # a new run gets a new date
 
 
+def test_a_run_split_over_processes_takes_its_date_from_the_environment(monkeypatch):
+    """A sweep split over device calls (`gemm_kernels.sweep --part`): each process is given the first one's date,
+    so its rows read back as one run; a date of another form is refused by name."""
+    monkeypatch.setattr(records, "_run_date", None)
+    monkeypatch.setenv("WORKBOOK_RUN_DATE", "2026-12-06T08:00:00Z")
+    assert records.run_date() == "2026-12-06T08:00:00Z" == records.provenance()["date"]
+    monkeypatch.setattr(records, "_run_date", None)
+    monkeypatch.setenv("WORKBOOK_RUN_DATE", "yesterday")
+    with pytest.raises(ValueError, match="WORKBOOK_RUN_DATE"):
+        records.run_date()
+
+
 def test_write_probe_stamps_every_row_and_writes_the_whole_frame(tmp_path):
     import pandas as pd
     frame = pd.DataFrame({"shape": ["a", "b"], "us": [1.5, 2.5]})

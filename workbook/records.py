@@ -117,21 +117,32 @@ def write_probe(frame: pd.DataFrame, path: Path | str) -> pd.DataFrame:
 
 
 _run_date: str | None = None
+DATE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 def run_date() -> str:
     """The `date` of every row this process records: when its run began (its first record, or the last
-    `start_run()`), so that rows written shape by shape as they are measured still read back as one run."""
+    `start_run()`), so that rows written shape by shape as they are measured still read back as one run. A run
+    split over several processes (a sweep too long for one call to a lent GPU: `gemm_kernels.sweep --part`) gives
+    each the first one's date in the environment variable WORKBOOK_RUN_DATE."""
     global _run_date
     if _run_date is None:
-        start_run()
+        said = os.environ.get("WORKBOOK_RUN_DATE")
+        if said:
+            try:
+                datetime.datetime.strptime(said, DATE_FORMAT)
+            except ValueError:
+                raise ValueError(f"WORKBOOK_RUN_DATE must read like 2026-12-06T08:00:00Z, got {said!r}") from None
+            _run_date = said
+        else:
+            start_run()
     return _run_date
 
 
 def start_run() -> str:
     """Begin a new run in this process: rows recorded from now on carry a new `date`."""
     global _run_date
-    _run_date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _run_date = datetime.datetime.now(datetime.timezone.utc).strftime(DATE_FORMAT)
     return _run_date
 
 
