@@ -199,8 +199,8 @@ class Options(BackendOptions):
         """What swap_ab needs (the class doc says why)."""
         if len(tile) != 3 or tile[0] != TILE_M or tile[2] != TILE_K or not (
                 tile[1] % EPI_N == 0 and EPI_N <= tile[1] <= WGMMA_N_MAX or tile[1] == SWAPPED_WIDE):
-            raise ValueError(f"swapped tiles are ({TILE_M}, tile_n, {TILE_K}): {TILE_M} rows of our N and tile_n of our "
-                             f"M, a multiple of {EPI_N} up to {WGMMA_N_MAX}, or {SWAPPED_WIDE}; got {tile}")
+            raise ValueError(f"swapped tiles are ({TILE_M}, tile_n, {TILE_K}): {TILE_M} rows of our N and tile_n of "
+                             f"our M, a multiple of {EPI_N} up to {WGMMA_N_MAX}, or {SWAPPED_WIDE}; got {tile}")
         if self.epilogue != "staged":
             raise ValueError("swap_ab needs epilogue='staged': c is written column-major, by a transposing stmatrix "
                              "and a TMA store (the register epilogue stores rows of a row-major c)")
