@@ -253,10 +253,10 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
     `options`: a `hopper_options.Options` (default: the per-shape rule's choice, `gemm_kernels.rule`; with
     keyword overrides alone, `Options()`), with any of its fields overridden by keyword (`tile`, `stages`,
     `epilogue`, `schedule`, `narrow_ns`, `cluster_m`, `cluster_n`, `band_rows`, `persistent`, `dynamic`,
-    `defer_epilogue`, `stream_k`, `swap_ab`, ...; each is described there). `autotune=True` instead times the candidates the rule
-    and the nearest measured shapes favour (`rule.contenders`) on these operands at the first call of each shape,
-    dtype and device in this process, and runs the fastest from then on (a first call costs their compiles and ~30
-    calls each)."""
+    `defer_epilogue`, `stream_k`, `swap_ab`, ...; each is described there). `autotune=True` instead times the
+    candidates the rule and the nearest measured shapes favour (`rule.contenders`) on these operands at the first
+    call of each shape, dtype and device in this process, and runs the fastest from then on (a first call costs
+    their compiles and ~30 calls each)."""
     if autotune and (options is not None or overrides):
         raise ValueError("autotune=True chooses the options itself: give options (or their fields) or autotune, "
                          "not both")
