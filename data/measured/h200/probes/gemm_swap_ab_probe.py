@@ -10,7 +10,7 @@ The swapped build changes only the kernel's views of the operands (`gemm_kernels
 was first built here, as a subclass of `HopperGemm`; the rounds below were timed with that subclass, whose SASS was
 the library option's instruction for instruction (only the kernel's name differs).
 
-    python gemm_swap_ab_probe.py OUT_DIR [first|wide|more|candidates]   # each build exact on small integers, then
+    python gemm_swap_ab_probe.py OUT_DIR [first|wide|more|candidates|widths]   # each build exact on small integers, then
                                                         # timed against the rule's pick (the round's shapes: ROUNDS)
 """
 from __future__ import annotations
@@ -67,7 +67,20 @@ CHECK_WORST = [(800, 5000, 3000), (1500, 2504, 3000), (96, 12288, 8192), (1024, 
                (256, 4096, 14336), (512, 2048, 16384), (1024, 8192, 1024), (1024, 1024, 1024), (384, 5120, 10240),
                (4096, 2048, 1024), (256, 8192, 4096), (1024, 1024, 16384), (1024, 2048, 8192)]
 CANDIDATES = {shape: [(288, 4, False), (128, 4, False), (96, 4, False)] for shape in CHECK_WORST}
-ROUNDS = {"first": SHAPES, "wide": WIDE, "more": MORE, "candidates": CANDIDATES}
+# the fifth: other widths in fours where the wave model (`gemm_kernels.swap_ab.widths`: makespan x width, then loads
+# per MAC) ranks one above the candidates' 96, 128 and 288 (notes/perf-log.md, "swapped widths beside the candidates")
+WIDTHS = {
+    (800, 5000, 3000): [(288, 4, False), (256, 4, False), (160, 4, False)],
+    (1500, 2504, 3000): [(288, 4, False), (256, 4, False), (128, 4, False)],
+    (1234, 5672, 3000): [(288, 4, False), (256, 4, False), (128, 4, False)],
+    (3500, 1800, 2712): [(288, 4, False), (256, 4, False), (160, 4, False), (96, 4, False)],
+    (1536, 1536, 12288): [(96, 4, False), (160, 4, False), (256, 4, False)],
+    (2999, 2000, 4000): [(288, 4, False), (256, 4, False), (224, 4, False)],
+    (999, 7000, 5000): [(288, 4, False), (256, 4, False), (128, 4, False)],
+    (6000, 3000, 2000): [(288, 4, False), (256, 4, False)],
+    (1024, 1024, 32768): [(96, 4, False), (128, 4, False)],
+}
+ROUNDS = {"first": SHAPES, "wide": WIDE, "more": MORE, "candidates": CANDIDATES, "widths": WIDTHS}
 
 
 def main(out_dir: str, round_name: str = "first") -> None:
