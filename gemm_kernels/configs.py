@@ -101,8 +101,11 @@ HOPPER_CANDIDATES = {
     # steps of 32) and clusters of four CTAs along our N sharing each tile of our A: what cuBLAS runs where M is not
     # a whole number of 128-row tiles (probes/gemm_cublas_census_probe.py). On an H100, against the rule's pick
     # (probes/gemm_swap_ab_probe.py): 288 wide at 800 x 5000 x 3000 took 0.67 of its time, 96 wide at 96 x 12288 x
-    # 8192 0.93, 128 wide at 384 x 5120 x 10240 0.76.
+    # 8192 0.93, 128 wide at 384 x 5120 x 10240 0.76; 256 wide at 1500 x 2504 x 3000 0.66, 160 wide at 1536 x 1536 x
+    # 12288 0.69 (where the wave model, `swap_ab.widths`, ranks those widths first).
     "288 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 288, 64)),
+    "256 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 256, 64)),
+    "160 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 160, 64)),
     "128 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 128, 64)),
     "96 uniform cluster4 swapped": _H(**_SWAPPED, tile=(128, 96, 64)),
 }

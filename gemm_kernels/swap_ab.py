@@ -100,3 +100,23 @@ def probe_table(path=PROBE, timing: str = "gpu") -> pd.DataFrame:
     out = pd.DataFrame(rows).sort_values("swapped / pick").reset_index(drop=True)
     out.attrs.update(gpu=str(d.gpu.iloc[0]), commit=str(d.commit.iloc[0]), path=path)
     return out
+
+
+# the round `widths` of the same probe: other widths where the wave model ranks one first
+WIDTHS_PROBE = "data/measured/nvidia_h100_80gb_hbm3/probes/gemm_swap_ab_widths_e163303.csv"
+
+
+def widths_table(path=WIDTHS_PROBE, timing: str = "gpu") -> pd.DataFrame:
+    """The probe round `widths`: per shape (rows "MxNxK"), each swapped width's time in `timing` over the rule's
+    pick's (columns: widths, in clusters of four; NaN where not timed there), and torch.matmul's."""
+    from workbook import ROOT
+    d = pd.read_csv(ROOT / path)
+    d = d[d.timing == timing]
+    ours = d[d.contender.str.startswith("swapped")]
+    table = ours.assign(width=ours.contender.str.split().str[1].astype(int)).pivot_table(
+        index=["M", "N", "K"], columns="width", values="ratio", sort=False)
+    table = table[sorted(table.columns)]
+    table["torch.matmul"] = d[d.contender == "torch.matmul"].set_index(["M", "N", "K"]).ratio
+    table.index = [f"{m}x{n}x{k}" for m, n, k in table.index]
+    table.attrs.update(gpu=str(d.gpu.iloc[0]), commit=str(d.commit.iloc[0]), path=path)
+    return table

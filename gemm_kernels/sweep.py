@@ -3,8 +3,8 @@ torch.matmul (cuBLAS): the data the per-shape rule (`gemm_kernels.rule`) is lear
 
     python -m gemm_kernels.sweep                       # every class, every candidate (H100/H200: the odd class,
                                                        # 14 shapes x 32 contenders, took 6 minutes on an H100)
-    python -m gemm_kernels.sweep --classes skinny --candidates "128 stream-k cluster1"   # a candidate added later:
-                                                       # its ratios join the others' (`rule.latest_run`)
+    python -m gemm_kernels.sweep --classes odd --candidates "*swapped"   # candidates added later (by name or
+                                                       # pattern): their ratios join the others' (`rule.latest_run`)
     python -m gemm_kernels.sweep --default-only        # gemm(a, b) as shipped (the rule) vs torch.matmul, on the
                                                        # swept shapes and on HELD_OUT ones (column held_out)
     WORKBOOK_RUN_DATE=2026-12-06T08:00:00Z python -m gemm_kernels.sweep --classes skinny --part 1/2   # then 2/2:
@@ -210,6 +210,18 @@ def contenders(candidates=None, default_only: bool = False) -> dict:
     return fns
 
 
+def candidate_names(given) -> list[str]:
+    """The names of configs.HOPPER_CANDIDATES that `given` names, each as a name or a shell-style pattern
+    ("*swapped"), in the candidates' order; ValueError for one that names none."""
+    import fnmatch
+
+    from gemm_kernels import configs
+    for g in given:
+        if not fnmatch.filter(configs.HOPPER_CANDIDATES, g):
+            raise ValueError(f"{g!r} names no configuration of configs.HOPPER_CANDIDATES")
+    return [name for name in configs.HOPPER_CANDIDATES if any(fnmatch.fnmatchcase(name, g) for g in given)]
+
+
 def _part(text: str) -> tuple[int, int]:
     """"K/N" -> (K, N) with 1 <= K <= N (argparse's type for --part)."""
     try:
@@ -226,8 +238,9 @@ def main(argv=None):
     p = argparse.ArgumentParser(prog="python -m gemm_kernels.sweep", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--classes", nargs="+", choices=list(SHAPES), help="shape classes (default: all)")
-    p.add_argument("--candidates", nargs="+", choices=list(configs.HOPPER_CANDIDATES), metavar="NAME",
-                   help="configurations to time (default: all of configs.HOPPER_CANDIDATES)")
+    p.add_argument("--candidates", nargs="+", metavar="NAME",
+                   help="configurations to time, by name or shell-style pattern (\"*swapped\"); default: all of "
+                        "configs.HOPPER_CANDIDATES")
     p.add_argument("--default-only", action="store_true",
                    help=f"time gemm(a, b) with no options (the per-shape rule) against torch.matmul; table "
                         f"{DEFAULT_TABLE}")
@@ -238,6 +251,11 @@ def main(argv=None):
     p.add_argument("--estimate", action="store_true", help="print the expected GPU minutes and stop")
     p.add_argument("--no-record", action="store_true", help="print only; do not append to data/measured")
     args = p.parse_args(argv)
+    if args.candidates:
+        try:
+            args.candidates = candidate_names(args.candidates)
+        except ValueError as e:
+            p.error(str(e))
     if args.rounds < 2:
         p.error("--rounds must be >= 2 (an interval needs rounds)")
     shapes = all_shapes(args.classes, (SHAPES, HELD_OUT) if args.default_only else (SHAPES,))

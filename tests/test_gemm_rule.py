@@ -28,6 +28,17 @@ def test_every_class_shape_belongs_to_its_class_and_is_swept_once():
         sweep.all_shapes(["squares"])
 
 
+def test_candidates_are_named_by_name_or_pattern(capsys):
+    swapped = [n for n, o in configs.HOPPER_CANDIDATES.items() if o.swap_ab]
+    assert sweep.candidate_names(["*swapped"]) == swapped and len(swapped) == 5
+    assert sweep.candidate_names(["96 uniform cluster4 swapped", "256 balanced cluster2"]) == [
+        "256 balanced cluster2", "96 uniform cluster4 swapped"]            # the candidates' order, each once
+    sweep.main(["--classes", "odd", "--candidates", "*swapped", "--estimate"])
+    assert capsys.readouterr().out.startswith(f"{len(sweep.SHAPES['odd'])} shapes x {1 + len(swapped)} contenders")
+    with pytest.raises(SystemExit):
+        sweep.main(["--candidates", "*no such*", "--estimate"])
+
+
 def test_the_parts_of_a_sweep_take_every_shape_once(capsys):
     """`--part K/N`: the N parts, interleaved in order of expected time, are the whole sweep, each shape once."""
     parts = [sweep.all_shapes(["skinny"])[k::3] for k in range(3)]

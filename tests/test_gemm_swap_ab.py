@@ -65,3 +65,11 @@ def test_the_exercise_checker_accepts_the_planners_answer_and_hints_otherwise():
         verdict = swap_exercises.check(wrong)
         assert not verdict and hint in str(verdict)
     assert all(f"width {w:>3}" in swap_exercises.solution() for w in swap_exercises.WIDTHS)
+
+
+def test_the_widths_table_reads_the_recorded_round_by_width():
+    t = swap_ab.widths_table()
+    widths = [c for c in t.columns if c != "torch.matmul"]
+    assert widths == sorted(widths) and set(widths) <= set(swap_ab.WIDTHS) and t.attrs["gpu"].startswith("NVIDIA H100")
+    assert t.loc["1536x1536x12288", 160] < t.loc["1536x1536x12288", 96]     # the round's finding, as recorded
+    assert t["torch.matmul"].notna().all() and t.index[0] == "800x5000x3000"
