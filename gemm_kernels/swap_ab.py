@@ -14,8 +14,8 @@ import math
 
 import pandas as pd
 
-from gemm_kernels import configs, hopper_options, waves
-from gemm_kernels.hopper_options import EPI_N, SWAPPED_WIDE, TILE_M, WGMMA_N_MAX
+from gemm_kernels import configs, hopper_options
+from gemm_kernels.hopper_options import EPI_N, SWAPPED_WIDE, TILE_K, TILE_M, WGMMA_N_MAX
 from workbook import gpus
 
 WIDTHS = (*range(EPI_N, WGMMA_N_MAX + 1, EPI_N), SWAPPED_WIDE)   # every swapped width the library builds
@@ -54,25 +54,25 @@ def plans(M: int, N: int, names, gpu=gpus.H200) -> pd.DataFrame:
         item = ((plan.wide, o.tile_m * o.cluster_m) if o.swap_ab
                 else (o.tile_m * o.cluster_m, plan.wide * o.cluster_n))
         rows.append({"configuration": name, "item (M x N)": f"{item[0]} x {item[1]}", "CTAs per item": o.cluster_size,
-                     "items": len(plan.items), "slots": waves.slots_for(gpu, o.cluster_size), "waves": plan.waves,
-                     "makespan": plan.makespan})
+                     "items": len(plan.items), "slots": plan.slots, "waves": plan.waves, "makespan": plan.makespan})
     return pd.DataFrame(rows).set_index("configuration")
 
 
 def widths(M: int, N: int, cluster: int = 4, gpu=gpus.H200, choices=WIDTHS) -> pd.DataFrame:
-    """Per swapped width, its uniform plan of an M x N output in clusters of `cluster` CTAs along N (each item
-    `cluster` x 128 columns of N by `width` rows of M): tiles along M, items, waves and makespan on `gpu`, the wave
-    model's time (makespan x width, in units of one row of M's work per item) and the operand rows an item loads per
-    K-block for each row x column of its MACs (rows of N + width, over rows of N x width: lower is more reuse)."""
-    slots = waves.slots_for(gpu, cluster)
+    """Per swapped width, the planner's uniform plan (`hopper_options.plan_for`) of an M x N output in clusters of
+    `cluster` CTAs along N (each item `cluster` x 128 columns of N by `width` rows of M): tiles along M, items, waves
+    and makespan on `gpu`, the wave model's time (makespan x width, in units of one row of M's work per item) and the
+    operand rows an item loads per K-block for each row x column of its MACs (rows of N + width, over rows of N x
+    width: lower is more reuse)."""
     n_rows = TILE_M * cluster
     rows = []
     for w in choices:
-        tiles = math.ceil(M / w)
-        items = tiles * math.ceil(N / n_rows)
-        rows.append({"width": w, "tiles along M": tiles, "rows of work": tiles * w, "items": items,
-                     "waves": items / slots, "makespan": math.ceil(items / slots),
-                     "makespan x width": math.ceil(items / slots) * w,
+        o = hopper_options.Options(swap_ab=True, epilogue="staged", schedule="uniform", tile=(TILE_M, w, TILE_K),
+                                   cluster_m=cluster)
+        plan = hopper_options.plan_for(M, N, o, gpu)
+        rows.append({"width": w, "tiles along M": math.ceil(M / w), "rows of work": rows_of_work(M, w),
+                     "items": len(plan.items), "waves": plan.waves, "makespan": plan.makespan,
+                     "makespan x width": plan.makespan * w,
                      "loads per MAC (x1000)": 1000 * (n_rows + w) / (n_rows * w)})
     return pd.DataFrame(rows).set_index("width")
 
@@ -86,9 +86,7 @@ def probe_table(path=PROBE, timing: str = "gpu") -> pd.DataFrame:
     torch.matmul taking turns at the rule check's 24 slowest shapes), one row per shape: µs per call in `timing`
     ("gpu": CUPTI kernel durations; "kernel": back to back; "latency": synchronised) of the pick, the fastest swapped
     candidate and torch.matmul, and the swapped one's time over the pick's with its 95 % interval (none for "gpu")."""
-    from workbook import ROOT
-    d = pd.read_csv(ROOT / path)
-    d = d[d.timing == timing]
+    d = _round(path, timing)
     rows = []
     for (M, N, K), g in d.groupby(["M", "N", "K"], sort=False):
         g = g.set_index("contender")
@@ -98,7 +96,7 @@ def probe_table(path=PROBE, timing: str = "gpu") -> pd.DataFrame:
                      "swapped": swapped, "swapped µs": g.us_median[swapped], "torch µs": g.us_median["torch.matmul"],
                      "swapped / pick": g.ratio[swapped], "lo": g.ratio_lo[swapped], "hi": g.ratio_hi[swapped]})
     out = pd.DataFrame(rows).sort_values("swapped / pick").reset_index(drop=True)
-    out.attrs.update(gpu=str(d.gpu.iloc[0]), commit=str(d.commit.iloc[0]), path=path)
+    out.attrs.update(d.attrs)
     return out
 
 
@@ -109,14 +107,21 @@ WIDTHS_PROBE = "data/measured/nvidia_h100_80gb_hbm3/probes/gemm_swap_ab_widths_e
 def widths_table(path=WIDTHS_PROBE, timing: str = "gpu") -> pd.DataFrame:
     """The probe round `widths`: per shape (rows "MxNxK"), each swapped width's time in `timing` over the rule's
     pick's (columns: widths, in clusters of four; NaN where not timed there), and torch.matmul's."""
-    from workbook import ROOT
-    d = pd.read_csv(ROOT / path)
-    d = d[d.timing == timing]
+    d = _round(path, timing)
     ours = d[d.contender.str.startswith("swapped")]
     table = ours.assign(width=ours.contender.str.split().str[1].astype(int)).pivot_table(
         index=["M", "N", "K"], columns="width", values="ratio", sort=False)
     table = table[sorted(table.columns)]
     table["torch.matmul"] = d[d.contender == "torch.matmul"].set_index(["M", "N", "K"]).ratio
     table.index = [f"{m}x{n}x{k}" for m, n, k in table.index]
-    table.attrs.update(gpu=str(d.gpu.iloc[0]), commit=str(d.commit.iloc[0]), path=path)
+    table.attrs.update(d.attrs)
     return table
+
+
+def _round(path, timing: str) -> pd.DataFrame:
+    """A recorded round's rows of one timing, with its GPU, commit and path in `attrs`."""
+    from workbook import ROOT
+    d = pd.read_csv(ROOT / path)
+    d = d[d.timing == timing]
+    d.attrs.update(gpu=str(d.gpu.iloc[0]), commit=str(d.commit.iloc[0]), path=path)
+    return d

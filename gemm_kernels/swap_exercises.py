@@ -14,7 +14,7 @@ from workbook import gpus
 from workbook.exercises import Verdict
 
 SHAPE = (1500, 2504)     # M x N of the rule check's odd shape 1500 x 2504 x 3000
-WIDTHS = (96, 128, 288)  # the swapped candidates' widths (configs.HOPPER_CANDIDATES, "... swapped")
+WIDTHS = (96, 128, 288)  # three of the swapped candidates' widths (configs.HOPPER_CANDIDATES, "... swapped")
 CLUSTER = 4              # their CTAs per cluster, along N
 
 

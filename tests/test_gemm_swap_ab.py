@@ -34,6 +34,7 @@ def test_widths_follow_the_planner_for_clusters_of_four():
         plan = hopper_options.plan_for(800, 5000, o, gpus.H200)
         assert r["items"] == len(plan.items) and r["makespan"] == plan.makespan
         assert r["waves"] == pytest.approx(plan.waves)
+        assert r["items"] == math.ceil(800 / w) * math.ceil(5000 / 512)     # by hand: tiles of M x items along N
     assert table["makespan"].idxmin() == 288 and table["loads per MAC (x1000)"].idxmin() == 288
 
 
