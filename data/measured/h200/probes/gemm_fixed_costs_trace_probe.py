@@ -17,6 +17,7 @@ import torch
 
 from gemm_kernels import configs, hopper_host, sweep
 from gemm_kernels.hopper_trace import summary
+from probe_rows import save
 
 SHAPES = [(1024, 2048, 1024), (1024, 2048, 4096), (1024, 2048, 16384)]
 PICK = configs.HOPPER_CANDIDATES["128 balanced cluster2"]
@@ -52,8 +53,7 @@ def main(out_dir: str) -> None:
                          start_to_data=float((first.data - first.start).median()),
                          stored_to_exit=float((first.exit - first.stored).median()))
                 rows.append(s)
-        df = pd.DataFrame(rows)
-        df.to_csv(f"{out_dir}/gemm_fixed_costs_trace.csv", index=False)
+        df = save(rows, f"{out_dir}/gemm_fixed_costs_trace.csv")
     cols = ["gpu_us", "torch_gpu_us", "makespan_us", "entry_spread_us", "entry_to_start", "start_to_data",
             "kloop_us(med)", "epilogue_us(med)", "stored_to_exit", "last_stored_spread_us"]
     pd.set_option("display.width", 250)
