@@ -12,6 +12,7 @@ planning a shape needs neither a GPU nor CuTe DSL.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -348,6 +349,29 @@ def plan_for(M: int, N: int, options: Options | None = None, gpu=None, **overrid
     return waves.plan(M, N, gpu=gpu, tile_m=o.tile_m * o.cluster_m,
                       tile_ns=(o.tile_n * o.cluster_n, *o.narrow_choices),
                       balanced=o.schedule == "balanced", schedule="static", ctas_per_item=o.cluster_size)
+
+
+ONE_WAVE_WIDEST = 128    # `one_wave`: the widest tile it changes (at 128 x 256 the staged epilogue costs a stage)
+
+
+def one_wave(options: Options, M: int, N: int, gpu=None) -> Options:
+    """`options` as `gemm(a, b)` runs the rule's choice: where its plan gives every cluster one work item at most
+    and its tiles are 128 rows by at most ONE_WAVE_WIDEST columns, the same build with the static walk and the
+    staged epilogue; elsewhere `options` themselves. With one item per cluster the global counter hands out no
+    work (cluster c runs item c either way) and only adds its ticket, its queue and the last cluster's reset at
+    exit; and the C of a lone item has no next item to hide the register epilogue's stores behind, where the
+    staged one's TMA stores overlap its conversion. Measured on an H100 against the rule's pick
+    (probes/gemm_few_items_probe.py): 0.92-0.97 of its GPU time at the 1024- to 2048-row rectangles, each change
+    alone 0.95-1.01; at 128 x 256 tiles level or slower, so those keep their options, as do the 2 x 2 clusters (not
+    measured)."""
+    o = options
+    if (o.swap_ab or o.stream_k or not o.persistent or o.trace or o.narrow_ns is not None or o.tile_m != TILE_M
+            or o.tile_n > ONE_WAVE_WIDEST or o.cluster_size > 2):
+        return o
+    alone = dataclasses.replace(o, dynamic=False, epilogue="staged", stages=None, defer_epilogue=None,
+                                clamp_a_box=None)
+    plan = plan_for(M, N, alone, gpu)
+    return alone if len(plan.items) <= plan.slots else o
 
 
 def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtype: torch.dtype = torch.bfloat16,

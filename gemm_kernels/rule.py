@@ -41,7 +41,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gemm_kernels import configs
+from gemm_kernels import configs, hopper_options
 
 NEIGHBOURS = 3
 PITCH_DISTANCE = 0.0   # rows on 128-byte lines or not; 1.0 would be as far apart as a factor of two in one dimension
@@ -215,8 +215,10 @@ def contenders(M: int, N: int, K: int) -> tuple[str, ...]:
 
 
 def options_for(M: int, N: int, K: int):
-    """The `hopper_options.Options` that `gemm(a, b)` runs for this shape when the caller gives none."""
-    return configs.HOPPER_CANDIDATES[choose(M, N, K)]
+    """The `hopper_options.Options` that `gemm(a, b)` runs for this shape when the caller gives none: the chosen
+    candidate, in one wave of single items without the counter and with the staged epilogue
+    (`hopper_options.one_wave`)."""
+    return hopper_options.one_wave(configs.HOPPER_CANDIDATES[choose(M, N, K)], M, N)
 
 
 def leave_one_out(rule: Rule, frame):

@@ -179,6 +179,24 @@ def test_few_waves_skips_the_plan_only_where_the_plan_would_agree():
             assert rule.few_waves(M, N) == planned, (M, N)
 
 
+def test_one_wave_runs_single_items_without_the_counter_and_with_the_staged_epilogue():
+    from workbook import gpus
+    pair = configs.HOPPER_CANDIDATES["128 balanced cluster2"]
+    alone = hopper_options.one_wave(pair, 1024, 2048, gpus.H200)         # 64 pair items on 66 clusters
+    assert (alone.dynamic, alone.epilogue, alone.tile, alone.cluster_m) == (False, "staged", pair.tile, 2)
+    before, after = (hopper_options.plan_for(1024, 2048, o, gpus.H200) for o in (pair, alone))
+    assert after.items == before.items and len(after.items) <= after.slots
+    # one item more than the clusters, a 256-wide tile, stream-K, swapped operands: unchanged
+    assert hopper_options.one_wave(pair, 1024 + 128, 2048 + 128, gpus.H200) is pair
+    for name in ("256 balanced cluster1", "128 stream-k cluster2", "128 uniform cluster4 swapped",
+                 "128 one-per-item cluster1", "64x128 uniform cluster1", "128 uniform cluster2x2"):
+        options = configs.HOPPER_CANDIDATES[name]
+        assert hopper_options.one_wave(options, 1024, 2048, gpus.H200) is options, name
+    # the rule's pick goes through it; a caller's own options do not
+    assert rule.options_for(1024, 2048, 1024) == hopper_options.one_wave(
+        configs.HOPPER_CANDIDATES[rule.choose(1024, 2048, 1024)], 1024, 2048)
+
+
 def test_the_planned_time_of_stream_k_splits_the_last_wave_evenly():
     name = "128 stream-k cluster1"
     o = configs.HOPPER_CANDIDATES[name]
@@ -336,6 +354,32 @@ def test_every_candidate_is_exact_into_a_new_output_at_every_call(name):
     done = {k: call.launches.counts[k] - before[k] for k in before}
     if call.cfg.epilogue == "register":
         assert done["captured"] <= 1 and done["replayed"] >= len(outs) - launch.CAPTURE_AFTER
+
+
+# the candidates `hopper_options.one_wave` changes where a plan gives each cluster one item at most
+ONE_WAVE = [name for name, o in configs.HOPPER_CANDIDATES.items()
+            if hopper_options.one_wave(o, 512, 1032) is not o]
+
+
+@pytest.mark.gpu
+@needs_hopper
+@pytest.mark.parametrize("name", ONE_WAVE)
+@pytest.mark.parametrize("M,N,K", RULE_GPU_SHAPES)
+def test_every_candidate_in_one_wave_is_exact_on_small_integers(name, M, N, K):
+    options = hopper_options.one_wave(configs.HOPPER_CANDIDATES[name], M, N)
+    g = torch.Generator(device="cuda").manual_seed(M * 5 + N + K)
+    a = torch.randint(-2, 3, (M, K), device="cuda", generator=g).to(torch.bfloat16)
+    b = torch.randint(-2, 3, (K, N), device="cuda", generator=g).to(torch.bfloat16)
+    want = (a.float() @ b.float()).to(torch.bfloat16)
+    from gemm_kernels import hopper_host
+    for _ in range(3):      # a new output each time, poisoned first: the first launch, then the template's
+        out = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        torch.testing.assert_close(hopper_host.gemm(a, b, options, out=out), want, rtol=0, atol=0)
+
+
+def test_one_wave_changes_the_candidates_it_was_measured_on():
+    assert {"128 balanced cluster2", "128 balanced cluster1", "128 uniform cluster2n",
+            "64 uniform cluster1"} <= set(ONE_WAVE)
 
 
 @pytest.mark.gpu

@@ -10,34 +10,66 @@ there is no next item to hide them behind; the staged one TMA-stores). Here, at 
 with the staged epilogue, and with both, taking turns, answers exact on small integers first
 (`probe_rows.gemm_rows`).
 
-    python gemm_few_items_probe.py OUT_DIR   (its run: gemm_few_items_<commit>.csv)"""
+The second round (`rule`): `hopper_options.one_wave`, which `gemm(a, b)` now runs (both changes where each cluster
+has one item and the tile is at most 128 wide), against the candidate the rule picks, at every shape of the rule
+check where it changes the build (17 of 162).
+
+    python gemm_few_items_probe.py OUT_DIR [first|rule]   (its runs: gemm_few_items_<commit>.csv, _rule_)"""
 import dataclasses
 import sys
 
 import pandas as pd
 import torch
 
-from gemm_kernels import rule
-from probe_rows import gemm_rows, save
+from gemm_kernels import hopper_host
+
+from gemm_kernels import configs, hopper_options, rule
+from probe_rows import save, timed_rows
 
 SHAPES = [(1024, 2048, 1024), (1024, 2048, 4096), (2048, 1024, 1024), (2048, 1024, 4096), (1024, 4096, 1024),
           (1024, 4096, 4096), (1536, 6144, 1024), (2048, 1024, 8192), (4096, 2048, 1024), (1024, 1024, 1024),
           (4096, 4096, 4096)]
 
 
-def builds(M: int, N: int, K: int) -> dict:
-    pick = rule.options_for(M, N, K)
+RULE_SHAPES = [(1024, 1024, 1024), (1024, 2048, 1024), (2048, 1024, 1024), (128, 8192, 4096), (1024, 2048, 4096),
+               (2048, 1024, 4096), (256, 8192, 4096), (512, 4096, 4096), (96, 12288, 8192), (128, 14336, 8192),
+               (1024, 2048, 8192), (2048, 1024, 8192), (256, 8192, 8192), (512, 4096, 8192), (256, 8192, 14336),
+               (512, 4096, 14336), (2048, 1024, 16384)]
+
+
+def first(M: int, N: int, K: int) -> dict:
+    pick = configs.HOPPER_CANDIDATES[rule.choose(M, N, K)]
     return {"static walk": dataclasses.replace(pick, dynamic=False),
             "staged epilogue": dataclasses.replace(pick, epilogue="staged", stages=None),
             "static, staged": dataclasses.replace(pick, dynamic=False, epilogue="staged", stages=None)}
 
 
-def main(out_dir: str) -> None:
+def one_wave(M: int, N: int, K: int) -> dict:
+    return {"one wave": hopper_options.one_wave(configs.HOPPER_CANDIDATES[rule.choose(M, N, K)], M, N)}
+
+
+ROUNDS = {"first": (SHAPES, first), "rule": (RULE_SHAPES, one_wave)}
+
+
+def main(out_dir: str, round_name: str = "first") -> None:
     g = torch.Generator(device="cuda").manual_seed(23)
+    shapes, builds = ROUNDS[round_name]
     rows = []
-    for M, N, K in SHAPES:
-        rows += gemm_rows(M, N, K, builds(M, N, K), g, 8, input_sets=2, pick=rule.choose(M, N, K))
-        df = save(rows, f"{out_dir}/gemm_few_items.csv")
+    for M, N, K in shapes:
+        name = rule.choose(M, N, K)
+        fns = {"torch.matmul": torch.matmul, f"pick: {name}": configs.HOPPER_CANDIDATES[name], **builds(M, N, K)}
+        fns = {f: (o if f == "torch.matmul" else (lambda a, b, o=o, out=None: hopper_host.gemm(a, b, o, out=out)))
+               for f, o in fns.items()}
+        ints = [torch.randint(-2, 3, s, device="cuda", generator=g).bfloat16() for s in ((M, K), (K, N))]
+        want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
+        for f, fn in fns.items():      # exact on small integers, into an output poisoned first
+            if f != "torch.matmul":
+                out = torch.full((M, N), float("nan"), device="cuda").bfloat16()
+                assert torch.equal(fn(*ints, out=out), want), (M, N, K, f)
+        sets = [(torch.randn(M, K, device="cuda", generator=g).bfloat16(),
+                 torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(2)]
+        rows += timed_rows(fns, sets, f"pick: {name}", 8, M=M, N=N, K=K, pick=name)
+        df = save(rows, f"{out_dir}/gemm_few_items{'' if round_name == 'first' else '_' + round_name}.csv")
     pd.set_option("display.width", 220)
     print(df.pivot_table(index=["M", "N", "K", "pick", "contender"], columns="timing", values="ratio")
           .round(3).to_string())
