@@ -174,7 +174,7 @@ def test_interleaved_rounds_share_the_drift_between_identical_contenders():
                                    settle=0, clock=gpu.clock)
     assert all(len(t.samples) == 9 for t in got.values())
     assert gpu.calls == 3 * (2 + 9)            # the warm-up calls once, before each contender's first round
-    # the order rotates: each name leads one round (round 0 holds the warm-ups: 3 x (2 + 3) calls, then 3 x 3)
+    # each name leads one round (`turn_orders`; round 0 holds the warm-ups: 3 x (2 + 3) calls, then 3 x 3)
     leads = [gpu.order[i] for i in (0, 15, 24)]
     assert leads == names
     spread = max(t.ms_median for t in got.values()) / min(t.ms_median for t in got.values())
@@ -264,12 +264,28 @@ def test_compare_calls_every_contender_as_scheduled():
     # the input sets rotate over all calls together: never the same set twice in a row
     sets = [s for _, s in gpu.log]
     assert sets == [i % 3 for i in range(len(sets))]
-    # who leads each round's latency turns and its back-to-back cycle: the order rotates round by round
+    # who leads each round's latency turns and its back-to-back cycle: the orders of `turn_orders`, round by round
     start, leads = 3 * warmup, []
     for r in range(rounds):
         leads.append((names[start], names[start + 3 * per_turn]))
         start += 2 * 3 * per_turn
-    assert leads == [("a", "a"), ("b", "b"), ("c", "c"), ("a", "a")]
+    assert leads == [("a", "a"), ("b", "b"), ("c", "c"), ("c", "c")]
+
+
+@pytest.mark.parametrize("n", range(1, 9))
+def test_turn_orders_give_every_position_and_every_predecessor_equally_often(n):
+    from collections import Counter
+    rows = timing.turn_orders(n)
+    assert len(rows) == (2 * n if n % 2 and n > 1 else n)
+    assert all(sorted(row) == list(range(n)) for row in rows)
+    positions = Counter((row[i], i) for row in rows for i in range(n))
+    assert set(positions.values()) == {len(rows) // n} and len(positions) == n * n
+    follows = Counter((row[i], row[i + 1]) for row in rows for i in range(n - 1))
+    assert len(follows) == n * (n - 1) and len(set(follows.values())) <= 1
+    # a plain rotation would not do: each contender would always follow the same neighbour
+    if n > 2:
+        rotations = [tuple((i + k) % n for i in range(n)) for k in range(n)]
+        assert len(Counter((r[i], r[i + 1]) for r in rotations for i in range(n - 1))) == n < len(follows)
 
 
 def test_equal_contenders_come_out_as_noise():

@@ -35,6 +35,7 @@ every table of those PRs reports, and `geomean_ratio` for Ratios.
 """
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 import time
@@ -159,8 +160,8 @@ def bench_interleaved(fns: Mapping[str, Callable[..., Any]], input_sets: Sequenc
     comes first runs on the coolest chip. On the H200 the *same* kernel timed twice in a row has read 13 %
     apart, and one vendor library call 17 % apart in two rounds a minute apart (notes/perf-log.md). So every
     contender first gets its `warmup` calls, then the timed calls go in `rounds` rounds (default `iters`: one
-    call of each contender per round), the order rotating from round to round, each call timed on its own as
-    `bench` times it. The drift is shared out
+    call of each contender per round), the order changing from round to round (`turn_orders`), each call timed
+    on its own as `bench` times it. The drift is shared out
     instead of handed to the last in line; with one call per round, contenders that take turns call by call
     see the same chip. The input sets rotate over all calls of all contenders together, so no call finds the
     previous call's inputs (the same tensors for every contender) still in L2.
@@ -221,21 +222,39 @@ BOOTSTRAP_SEED = 20240917            # fixed: the same rounds always give the sa
 
 
 def _turn_order(names: list, r: int) -> list:
-    """The contenders' order in round r: rotated by r, so each leads a share of the rounds."""
-    k = r % len(names)
-    return names[k:] + names[:k]
+    """The contenders' order in round r: row r of a Williams design (`turn_orders`), so that over its rows each
+    contender leads as often as any other and follows each other contender as often as any other. A plain
+    rotation keeps each contender behind the same neighbour in every round, and a contender that follows a long,
+    hot kernel runs at the clock that kernel left (the power cap): on the H200 two copies of one k-means kernel
+    read 8-14 % apart, the one behind flashlib's Triton kernel slower (notes/perf-log.md)."""
+    rows = turn_orders(len(names))
+    return [names[i] for i in rows[r % len(rows)]]
+
+
+@functools.lru_cache(maxsize=None)
+def turn_orders(n: int) -> tuple[tuple[int, ...], ...]:
+    """A Williams design for n contenders: n orders (2n for odd n), each a permutation of range(n), in which
+    every contender takes every position, and directly follows every other contender, equally often. Row 0 is
+    0, 1, n-1, 2, n-2, ...; row i adds i to each entry (mod n); for odd n the reversed rows follow."""
+    _check_count("n", n, 1)
+    first = [0] + [(k + 1) // 2 if k % 2 else n - k // 2 for k in range(1, n)]
+    rows = [tuple((v + i) % n for v in first) for i in range(n)]
+    if n % 2 and n > 1:
+        rows += [row[::-1] for row in rows]
+    return tuple(rows)
 
 
 def cycles(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence[Any]], count: int, *,
            calls: int = 1, settle: int = 1, offset: int = 0, first: int = 0,
            clock: Callable[[], float] | None = None) -> list[dict[Any, float]]:
-    """Kernel time back to back, drift cancelled: `count` cycles; in cycle i every contender, the order rotated
-    by i, gets `settle` untimed calls and then `calls` calls between two events, all of them enqueued on one
+    """Kernel time back to back, drift cancelled: `count` cycles; in cycle i every contender, in order i of
+    `turn_orders`, gets `settle` untimed calls and then `calls` calls between two events, all of them enqueued on one
     stream with no host synchronisation until the cycle ends. Returns one {name: ms per call} per cycle.
 
     A cycle lasts a few kernel times, so the clock's drift (power and temperature) hits every contender of a
-    cycle alike and the per-cycle ratio of two contenders cancels it; the rotation shares out the position in
-    the cycle (cycles are numbered from `first`, so that a caller timing one cycle at a time keeps rotating). The
+    cycle alike and the per-cycle ratio of two contenders cancels it; the orders share out the position in
+    the cycle and the neighbour before (cycles are numbered from `first`, so that a caller timing one cycle at a
+    time goes on through the orders). The
     settling call puts a timed call after a call of its own contender and keeps the stream busy when the first
     event is recorded. Input sets rotate over all calls of all contenders, starting at `offset`.
     With no CUDA tensor among the inputs the calls are timed with `clock` (default `time.perf_counter`), to test
@@ -456,7 +475,8 @@ def compare(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence
     """Time several contenders against a baseline in interleaved rounds; both timings, ratios with intervals.
 
     Every contender first gets `warmup` untimed calls. Then, in each of `rounds` rounds, the contenders take
-    turns in an order that rotates from round to round, and each gets
+    turns in an order that changes from round to round (`turn_orders`: each leads, and follows each other, equally
+    often), and each gets
       (a) with `synchronised`, `calls` synchronised calls, each between two CUDA events (`bench`): the latency
           a user sees, launch included, as the reproduced PRs measured it;
       (b) `calls` calls back to back between two events, no host synchronisation (`cycles`): the kernel's
