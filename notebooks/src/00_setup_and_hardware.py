@@ -172,7 +172,10 @@ print(f"torch.matmul's latency moved {spread:.0f} % between rounds; back to back
 # round moves, when the clock changed in the middle of it. So the workbook's comparisons
 # (`workbook.timing.compare`) interleave the contenders call by call in many rounds, take each ratio per round,
 # and report the median ratio with a 95 % confidence interval from the rounds; a difference inside it is called
-# **noise**, not a result.
+# **noise**, not a result. The order of turns matters too: a contender that follows a long, hot kernel runs at the
+# clock that kernel left, so the orders form a Williams design (`timing.turn_orders`: each contender leads, and
+# follows each other one, equally often). Behind the same neighbour in every round, one k-means kernel read up to
+# 17 % slower than its own copy (an H100, `nvidia_h100_80gb_hbm3/probes/timing_turn_order_435d0f1.csv`).
 #
 # ## Exercise
 #
