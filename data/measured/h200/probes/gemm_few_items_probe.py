@@ -14,7 +14,11 @@ The second round (`rule`): `hopper_options.one_wave`, which `gemm(a, b)` now run
 has one item and the tile is at most 128 wide), against the candidate the rule picks, at every shape of the rule
 check where it changes the build (17 of 162).
 
-    python gemm_few_items_probe.py OUT_DIR [first|rule]   (its runs: gemm_few_items_<commit>.csv, _rule_)"""
+The third (`small_m`): the same two changes on the 64-row tiles (one consumer warpgroup), which `one_wave` leaves
+alone, at the 29 rule-check shapes (skinny ones and 1000^3) whose pick is a 64-row tile with one item per cluster at
+most: both changes, and the static walk alone.
+
+    python gemm_few_items_probe.py OUT_DIR [first|rule|small_m]   (its runs: gemm_few_items_<commit>.csv, _rule_, _small_m_)"""
 import dataclasses
 import sys
 
@@ -48,7 +52,22 @@ def one_wave(M: int, N: int, K: int) -> dict:
     return {"one wave": hopper_options.one_wave(configs.HOPPER_CANDIDATES[rule.choose(M, N, K)], M, N)}
 
 
-ROUNDS = {"first": (SHAPES, first), "rule": (RULE_SHAPES, one_wave)}
+SMALL_M_SHAPES = [(16, 4096, 4096), (16, 4096, 8192), (16, 8192, 4096), (32, 6144, 4096), (16, 4096, 14336),
+                  (16, 14336, 4096), (1000, 1000, 1000), (16, 8192, 8192), (64, 4096, 4096), (16, 8192, 14336),
+                  (16, 14336, 8192), (64, 4096, 8192), (64, 8192, 4096), (128, 4096, 4096), (16, 14336, 14336),
+                  (64, 4096, 14336), (64, 14336, 4096), (64, 8192, 8192), (128, 4096, 8192), (256, 4096, 4096),
+                  (200, 4096, 6144), (64, 8192, 14336), (64, 14336, 8192), (128, 4096, 14336), (128, 8192, 8192),
+                  (256, 4096, 8192), (64, 14336, 14336), (128, 8192, 14336), (256, 4096, 14336)]
+
+
+def small_m(M: int, N: int, K: int) -> dict:
+    pick = configs.HOPPER_CANDIDATES[rule.choose(M, N, K)]
+    return {"static, staged": dataclasses.replace(pick, dynamic=False, epilogue="staged", stages=None,
+                                                  defer_epilogue=None, clamp_a_box=None),
+            "static walk": dataclasses.replace(pick, dynamic=False)}
+
+
+ROUNDS = {"first": (SHAPES, first), "rule": (RULE_SHAPES, one_wave), "small_m": (SMALL_M_SHAPES, small_m)}
 
 
 def main(out_dir: str, round_name: str = "first") -> None:
