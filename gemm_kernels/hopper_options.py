@@ -356,17 +356,20 @@ ONE_WAVE_WIDEST = 128    # `one_wave`: the widest tile it changes (at 128 x 256 
 
 def one_wave(options: Options, M: int, N: int, gpu=None) -> Options:
     """`options` as `gemm(a, b)` runs the rule's choice: where its plan gives every cluster one work item at most
-    and its tiles are 128 rows by at most ONE_WAVE_WIDEST columns, the same build with the static walk and the
-    staged epilogue; elsewhere `options` themselves. With one item per cluster the global counter hands out no
-    work (cluster c runs item c either way) and only adds its ticket, its queue and the last cluster's reset at
-    exit; and the C of a lone item has no next item to hide the register epilogue's stores behind, where the
-    staged one's TMA stores overlap its conversion. Measured on an H100 against the rule's pick
-    (probes/gemm_few_items_probe.py): 0.92-0.97 of its GPU time at the 1024- to 2048-row rectangles, each change
-    alone 0.95-1.01; at 128 x 256 tiles level or slower, so those keep their options, as do the 2 x 2 clusters (not
-    measured)."""
+    and its tiles are at most ONE_WAVE_WIDEST columns wide, the same build with the static walk and the staged
+    epilogue; elsewhere `options` themselves. With one item per cluster the global counter hands out no work
+    (cluster c runs item c either way) and only adds its ticket, its queue and the last cluster's reset at exit;
+    and the C of a lone item has no next item to hide the register epilogue's stores behind, where the staged
+    one's TMA stores overlap its conversion. Measured on an H100 against the rule's pick
+    (probes/gemm_few_items_probe.py): 0.92-0.99 of its GPU time at the 1024- to 2048-row rectangles (each change
+    alone 0.95-1.01), 0.94-0.98 on 64-row tiles at 64 to 1000 rows with N = 4096 or 1000, level (0.99-1.01) at N =
+    8192 and 14336. Left as they are: 128 x 256 tiles (level or slower: the staged epilogue costs a stage), 2 x 2
+    clusters (not measured), a 64-row tile taller than M (1.03x slower at 32 x 6144 x 4096), and where the register
+    epilogue keeps A's last box inside M (`clamps_a_box`; the staged one cannot: 1.28x slower at 200 x 4096 x 6144)."""
     o = options
-    if (o.swap_ab or o.stream_k or not o.persistent or o.trace or o.narrow_ns is not None or o.tile_m != TILE_M
-            or o.tile_n > ONE_WAVE_WIDEST or o.cluster_size > 2):
+    if (o.swap_ab or o.stream_k or not o.persistent or o.trace or o.narrow_ns is not None
+            or (o.tile_m < TILE_M and M < o.tile_m) or o.tile_n > ONE_WAVE_WIDEST or o.cluster_size > 2
+            or clamps_a_box(M, o)):
         return o
     alone = dataclasses.replace(o, dynamic=False, epilogue="staged", stages=None, defer_epilogue=None,
                                 clamp_a_box=None)

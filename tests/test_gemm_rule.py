@@ -192,6 +192,13 @@ def test_one_wave_runs_single_items_without_the_counter_and_with_the_staged_epil
                  "128 one-per-item cluster1", "64x128 uniform cluster1", "128 uniform cluster2x2"):
         options = configs.HOPPER_CANDIDATES[name]
         assert hopper_options.one_wave(options, 1024, 2048, gpus.H200) is options, name
+    # 64-row tiles where M fills one at least; not where the register epilogue would keep A's last box inside M
+    small = configs.HOPPER_CANDIDATES["64x128 uniform cluster2"]
+    assert hopper_options.one_wave(small, 256, 4096, gpus.H200).epilogue == "staged"
+    assert hopper_options.one_wave(small, 200, 4096, gpus.H200) is small          # clamps_a_box: 8 rows past 192
+    tiny = configs.HOPPER_CANDIDATES["64x64 uniform cluster1"]
+    assert hopper_options.one_wave(tiny, 32, 6144, gpus.H200) is tiny             # a 64-row tile taller than M
+    assert hopper_options.one_wave(pair, 96, 4096, gpus.H200).epilogue == "staged"  # 128 rows: measured at 96
     # the rule's pick goes through it; a caller's own options do not
     assert rule.options_for(1024, 2048, 1024) == hopper_options.one_wave(
         configs.HOPPER_CANDIDATES[rule.choose(1024, 2048, 1024)], 1024, 2048)
