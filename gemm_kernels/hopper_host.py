@@ -29,7 +29,8 @@ from cutlass.cute.runtime import make_fake_stream
 
 from gemm_kernels import check_operand, configs, rule
 from gemm_kernels.hopper import ELEMENT_TYPES, HopperGemm
-from gemm_kernels.hopper_options import ALIGN, ARCH, DTYPES, TILE_K, Config, Options, check_shape, config_for
+from gemm_kernels.hopper_options import (ALIGN, ARCH, DTYPES, TILE_K, Config, Options, check_shape, config_for,
+                                         one_wave)
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
 from gemm_kernels.hopper_worklist import band_rows_for, work_rows
 from workbook import launch, timing
@@ -132,8 +133,9 @@ _tuned: dict = {}   # (M, N, K, device, dtype) -> the _Call autotune chose
 
 
 def _tuned_call(a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, device: int) -> _Call:
-    """The _Call of the fastest of `rule.contenders(M, N, K)` on these operands, timed on the first call of the
-    shape (and dtype and device) in this process and remembered; candidates that refuse the shape are skipped."""
+    """The _Call of the fastest of `rule.contenders(M, N, K)` on these operands, each as `gemm(a, b)` would run it
+    (`one_wave`), timed on the first call of the shape (and dtype and device) in this process and remembered;
+    candidates that refuse the shape are skipped."""
     key = (M, N, K, device, a.dtype)
     found = _tuned.get(key)
     if found is not None:
@@ -144,7 +146,7 @@ def _tuned_call(a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, device
     calls = {}
     for name in rule.contenders(M, N, K):
         try:
-            calls[name] = _prepare(M, N, K, device, configs.HOPPER_CANDIDATES[name], a.dtype)
+            calls[name] = _prepare(M, N, K, device, one_wave(configs.HOPPER_CANDIDATES[name], M, N), a.dtype)
         except ValueError:
             continue                        # this configuration cannot take the shape
     out = torch.empty_like(next(iter(calls.values())).out_like)
