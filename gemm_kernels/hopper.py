@@ -197,15 +197,7 @@ class HopperGemm(Epilogues):
         num_clusters = num_ctas // cfg.cluster_size
         num_items = work.shape[0]
 
-        # the producer's first work row, read before the set-up below so that its latency overlaps the barriers'
-        # init and the cluster's handshake instead of delaying the first TMA loads (an L1 prefetch would not
-        # survive the handshake's L1 invalidation)
-        first_row = cute.make_rmem_tensor(cute.make_layout(SEGMENT_COLS * cfg.segments), cutlass.Int32)
         if warp_idx == 0:
-            if cutlass.const_expr(cfg.prefetch_row):
-                first = cutlass.min(self.first_item(cluster, num_clusters, num_items), num_items - 1)
-                for j in cutlass.range_constexpr(SEGMENT_COLS * cfg.segments):
-                    first_row[j] = work[first, j]
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
             if cutlass.const_expr(self.staged):
@@ -250,7 +242,7 @@ class HopperGemm(Epilogues):
             cute.arch.setmaxregister_decrease(PRODUCER_REGS)
             if warp_idx == 0:
                 self.produce(tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster,
-                             num_clusters, rank, num_items, first_row)
+                             num_clusters, rank, num_items)
         else:
             cute.arch.setmaxregister_increase(CONSUMER_REGS)
             ctidx = tidx - WARPGROUP   # thread index among the consumer threads
@@ -263,9 +255,8 @@ class HopperGemm(Epilogues):
 
     @cute.jit
     def produce(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, queue_pipe, queue, counter, cluster, num_clusters,
-                rank, num_items, first_row):
-        """One warp: walk the work list, stream each segment's K-blocks of A and B into the ring; `first_row`:
-        the first item's work row, read at the kernel's start."""
+                rank, num_items):
+        """One warp: walk the work list, stream each segment's K-blocks of A and B into the ring."""
         state = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, self.cfg.stages)
         claimed = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, QUEUE_DEPTH)
         taken = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, QUEUE_DEPTH)
@@ -275,8 +266,7 @@ class HopperGemm(Epilogues):
         claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items,
                              first=True)
         if item < num_items:
-            state = self.load_item(tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state,
-                                   first_row if self.cfg.prefetch_row else None)
+            state = self.load_item(tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state)
             _, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
             claimed = self.claim(queue_pipe, queue, counter, rank, claimed, item, cluster, num_clusters, num_items)
             item, taken = self.take(queue_pipe, queue, item, num_clusters, taken)
@@ -292,15 +282,13 @@ class HopperGemm(Epilogues):
             self.reset_counter(counter, rank, num_clusters)
 
     @cute.jit
-    def load_item(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state, row=None):
-        """Producer warp: stream the K-blocks of every segment of work-list row `item` (its fields read already
-        into `row`, if given); returns the ring position."""
+    def load_item(self, tma_a, mA, tma_b, mB, sA, sB, ring, work, item, rank, state):
+        """Producer warp: stream the K-blocks of every segment of work-list row `item`; returns the ring position."""
         cm, cn = self.cfg.cluster_m, self.cfg.cluster_n
-        fields = work[item, None] if cutlass.const_expr(row is None) else row
         for seg in cutlass.range_constexpr(self.cfg.segments):   # unrolled: a segment's fields load as one LDG.128
             col = seg * SEGMENT_COLS
-            m0, n0 = self.corner(fields[col], fields[col + 1], rank)
-            k0, k_count = fields[col + 3], fields[col + 4]
+            m0, n0 = self.corner(work[item, col], work[item, col + 1], rank)
+            k0, k_count = work[item, col + 3], work[item, col + 4]
             # Offset the (coordinate) tensors to the item's corner: items need not sit on a tile grid.
             a_rows = self.cfg.a_box_rows
             gA = cute.local_tile(cute.domain_offset((self.a_origin(m0, mA.shape[0]), 0), mA), (a_rows, TILE_K),

@@ -154,7 +154,6 @@ class Options(BackendOptions):
     trace: bool = False
     pdl: bool = False
     swap_ab: bool = False
-    prefetch_row: bool = True   # A/B only (probes/gemm_prefetch_row_probe.py): False drops the first row's prefetch
 
     def __post_init__(self):
         tile = DEFAULT_TILE if self.tile is None else tuple(self.tile)
@@ -282,7 +281,6 @@ class Config:
     trace: bool = False            # record a timeline of every CTA's segments (`hopper_host.timeline`)
     pdl: bool = False              # a programmatic dependent launch (`Options.pdl`)
     swap_ab: bool = False          # c^T = b^T a^T: the kernel's M is our N, its N our M (`Options.swap_ab`)
-    prefetch_row: bool = True      # the producer's first work row prefetched into L1 before the set-up
 
     @property
     def a_box_rows(self) -> int:
@@ -393,5 +391,5 @@ def config_for(M: int, N: int, options: Options | None = None, gpu=None, *, dtyp
                  epilogue=o.epilogue, epi_stages=STAGED_BUFFERS, cluster_m=o.cluster_m,
                  cluster_n=o.cluster_n, dynamic=o.dynamic, defer_epilogue=o.deferred,
                  stream_k=o.stream_k, a_rows=short_a_rows(M, o), clamp_a=clamps_a_box(M, o),
-                 trace=o.trace, pdl=o.pdl, swap_ab=o.swap_ab, prefetch_row=o.prefetch_row)
+                 trace=o.trace, pdl=o.pdl, swap_ab=o.swap_ab)
     return cfg, plan

@@ -1,5 +1,6 @@
 """Probe: the producer's first work row read at the kernel's start, before the barriers' init and the cluster's
-handshake, against read where it is used, after them (`Options.prefetch_row`, for this A/B only).
+handshake, against read where it is used, after them (`Options.prefetch_row` of
+notes/patches/gemm-prefetch-row-ab.patch, applied for the run; not in the library: it timed level).
 
 The traces (`gemm_fixed_costs_trace_probe.py`, an H100) put 1.0-1.1 us between a CTA having its first row and that
 row's first K-block landing; part of it is the producer's dependent read of its work row from global memory (an L2
