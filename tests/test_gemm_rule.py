@@ -186,7 +186,7 @@ def test_one_wave_runs_single_items_without_the_counter_and_with_the_staged_epil
     assert (alone.dynamic, alone.epilogue, alone.tile, alone.cluster_m) == (False, "staged", pair.tile, 2)
     before, after = (hopper_options.plan_for(1024, 2048, o, gpus.H200) for o in (pair, alone))
     assert after.items == before.items and len(after.items) <= after.slots
-    # one item more than the clusters, a 256-wide tile, stream-K, swapped operands: unchanged
+    # more items than clusters, a 256-wide tile, stream-K, swapped operands, 2 x 2 clusters: unchanged
     assert hopper_options.one_wave(pair, 1024 + 128, 2048 + 128, gpus.H200) is pair
     for name in ("256 balanced cluster1", "128 stream-k cluster2", "128 uniform cluster4 swapped",
                  "128 one-per-item cluster1", "64x128 uniform cluster1", "128 uniform cluster2x2"):

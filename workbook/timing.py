@@ -225,8 +225,9 @@ def _turn_order(names: list, r: int) -> list:
     """The contenders' order in round r: row r of a Williams design (`turn_orders`), so that over its rows each
     contender leads as often as any other and follows each other contender as often as any other. A plain
     rotation keeps each contender behind the same neighbour in every round, and a contender that follows a long,
-    hot kernel runs at the clock that kernel left (the power cap): on the H200 two copies of one k-means kernel
-    read 8-14 % apart, the one behind flashlib's Triton kernel slower (notes/perf-log.md)."""
+    hot kernel runs at the clock that kernel left (the power cap): in the H200's floor tables one k-means kernel
+    under two names read 6-14 % apart, the name behind flashlib's Triton kernel slower, and on an H100 a copy
+    behind it read up to 17 % slower than the copy behind itself (notes/perf-log.md)."""
     rows = turn_orders(len(names))
     return [names[i] for i in rows[r % len(rows)]]
 
@@ -248,8 +249,8 @@ def cycles(fns: Mapping[Any, Callable[..., Any]], input_sets: Sequence[Sequence[
            calls: int = 1, settle: int = 1, offset: int = 0, first: int = 0,
            clock: Callable[[], float] | None = None) -> list[dict[Any, float]]:
     """Kernel time back to back, drift cancelled: `count` cycles; in cycle i every contender, in order i of
-    `turn_orders`, gets `settle` untimed calls and then `calls` calls between two events, all of them enqueued on one
-    stream with no host synchronisation until the cycle ends. Returns one {name: ms per call} per cycle.
+    `turn_orders`, gets `settle` untimed calls and then `calls` calls between two events, all of them enqueued on
+    one stream with no host synchronisation until the cycle ends. Returns one {name: ms per call} per cycle.
 
     A cycle lasts a few kernel times, so the clock's drift (power and temperature) hits every contender of a
     cycle alike and the per-cycle ratio of two contenders cancels it; the orders share out the position in

@@ -18,7 +18,8 @@ The third (`small_m`): the same two changes on the 64-row tiles (one consumer wa
 alone, at the 29 rule-check shapes (skinny ones and 1000^3) whose pick is a 64-row tile with one item per cluster at
 most: both changes, and the static walk alone.
 
-    python gemm_few_items_probe.py OUT_DIR [first|rule|small_m]   (its runs: gemm_few_items_<commit>.csv, _rule_, _small_m_)"""
+    python gemm_few_items_probe.py OUT_DIR [first|rule|small_m]
+    (its runs: gemm_few_items_<commit>.csv, gemm_few_items_rule_<commit>.csv, gemm_few_items_small_m_<commit>.csv)"""
 import dataclasses
 import sys
 
