@@ -363,7 +363,8 @@ def test_write_probe_stamps_every_row_and_writes_the_whole_frame(tmp_path):
     target = tmp_path / "probe.csv"
     stamped = records.write_probe(frame, target)
     assert list(stamped.columns) == ["shape", "us", *records.PROVENANCE] and "gpu" not in frame
-    back = pd.read_csv(target, keep_default_na=False)
+    # the commit read as text: a short hash of digits only (3810430) would otherwise come back as a number
+    back = pd.read_csv(target, keep_default_na=False, dtype={"commit": str})
     assert back["us"].tolist() == [1.5, 2.5] and back["commit"].tolist() == [records.provenance()["commit"]] * 2
     records.write_probe(frame.iloc[:1], target)     # rewritten whole, not appended
     assert len(pd.read_csv(target)) == 1
