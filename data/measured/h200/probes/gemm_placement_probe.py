@@ -1,0 +1,148 @@
+"""Probe: does the order of the work list, which decides where each tile runs, change how many L2 sectors a launch
+reads and how long it takes?
+
+The L2 probe (`ncu_l2_sectors_e614724.txt`, an H100, 1024 x 2048 x 4096): cuBLAS's 128 x 128 pairs and ours deliver
+the same 268 MB to the SMs, but cuBLAS's L2 serves it with 3.59 M sectors and ours with 5.32 M. Pairs sharing one
+operand by multicast read 6.3 M; both kernels read less, so the L2 (or the coalescer in front of it) serves some
+requests of different clusters for the same lines with one lookup, cuBLAS's more often. Where the L2 binds (the
+few-tile K-heavy shapes: `nvidia_h100_80gb_hbm3/probes/ncu_kheavy_pairs.txt`, the L2 at 70-74 % for ours, 64 % for
+cuBLAS) that is time. Which clusters' requests merge could depend on where they run: the block scheduler places
+clusters on GPCs in launch order, and a static walk (`one_wave`) gives cluster c row c of the work list. So the
+same build runs here with its rows in six orders: as planned (banded), row-major, column-major, random, and dealt
+round-robin in steps of 8 and 4 (an order equal to an earlier one at a shape is left out; rows c, c + G, c + 2G, ... taken from consecutive banded rows, so that clusters
+the scheduler puts side by side hold tiles that share operands, if it deals clusters out across the GPCs).
+Every order is checked exact on small integers, then timed taking turns (`probe_rows.timed_rows`, CUPTI GPU time,
+back to back and synchronised with 95 % intervals) against the planned order; a second process under ncu reads each
+order's L2 sectors and the coalescer's counters (one launch each).
+
+    python gemm_placement_probe.py OUT_DIR            (gemm_placement_<commit>.csv, ncu_placement_<commit>.txt)"""
+import dataclasses
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(ROOT))
+
+from gemm_kernels import configs, hopper_host, hopper_options  # noqa: E402
+
+# (M, N, K, candidate): one item per cluster, static walk (`one_wave`), no stream-K
+BUILDS = [(1024, 2048, 4096, "128 balanced cluster2"), (1024, 1024, 8192, "64 uniform cluster2n"),
+          (1024, 1024, 8192, "64x128 uniform cluster2"), (1024, 1024, 1024, "64 uniform cluster1")]
+ORDERS = ("banded", "row-major", "column-major", "random", "dealt 8", "dealt 4")
+METRICS = ["gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second", "dram__bytes_read.sum",
+           "lts__t_sectors_srcunit_tex_op_read.sum", "lts__t_requests_srcunit_tex_op_read.sum",
+           "lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum", "lts__throughput.avg.pct_of_peak_sustained_elapsed",
+           "l1tex__m_xbar2l1tex_read_bytes.sum",
+           "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"]
+
+
+def order(rows: torch.Tensor, name: str) -> torch.Tensor:
+    """The permutation of the work list's rows (m0 in column 0, n0 in column 1) that `name` asks for."""
+    n = rows.shape[0]
+    m0, n0 = rows[:, 0].tolist(), rows[:, 1].tolist()
+    if name == "banded":
+        return torch.arange(n)
+    if name == "row-major":
+        return torch.tensor(sorted(range(n), key=lambda i: (m0[i], n0[i])))
+    if name == "column-major":
+        return torch.tensor(sorted(range(n), key=lambda i: (n0[i], m0[i])))
+    if name == "random":
+        return torch.randperm(n, generator=torch.Generator().manual_seed(5))
+    step = int(name.split()[1])              # "dealt G": position c takes banded row (c % G) * ceil(n / G) + c // G
+    per = -(-n // step)
+    picks = [(c % step) * per + c // step for c in range(step * per)]
+    return torch.tensor([p for p in picks if p < n])
+
+
+def contenders(M: int, N: int, K: int, name: str) -> dict:
+    """{order name: fn(a, b)}: the candidate as `gemm(a, b)` runs it, its work list in each order."""
+    options = hopper_options.one_wave(configs.HOPPER_CANDIDATES[name], M, N)
+    assert not options.dynamic and not options.stream_k, (M, N, K, name, options)
+    base = hopper_host._call_for(M, N, K, torch.cuda.current_device(), options)
+    assert base.work.shape[0] <= base.sizes[4] // base.cfg.cluster_size, "more rows than clusters"
+    fns, seen = {}, set()
+    for o in ORDERS:
+        perm = order(base.work.cpu(), o)
+        assert sorted(perm.tolist()) == list(range(base.work.shape[0])), o
+        if tuple(perm.tolist()) in seen:      # an order that equals an earlier one at this shape runs once
+            continue
+        seen.add(tuple(perm.tolist()))
+        call = dataclasses.replace(base, work=base.work[perm.to(base.work.device)].contiguous(), scratches={}, tails={})
+
+        def fn(a, b, call=call):
+            out = torch.empty_like(call.out_like)
+            hopper_host._launch(call, a, b, out, torch.cuda.current_stream().cuda_stream)
+            return out
+        fns[f"{M}x{N}x{K} {name}: {o}"] = fn
+    return fns
+
+
+def profile() -> None:
+    """The child under ncu: everything compiled and warmed, then one launch per order inside the profiler window."""
+    runs = []
+    for M, N, K, name in BUILDS:
+        a = torch.randn(M, K, device="cuda").bfloat16()
+        b = torch.randn(K, N, device="cuda").bfloat16()
+        runs += [(f, lambda fn=fn, a=a, b=b: fn(a, b)) for f, fn in contenders(M, N, K, name).items()]
+        runs.append((f"{M}x{N}x{K} torch.matmul", lambda a=a, b=b: torch.matmul(a, b)))
+    for _ in range(3):
+        for _, fn in runs:
+            fn()
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for f, fn in runs:
+        print(f"profiled: {f}", file=sys.stderr, flush=True)
+        fn()
+        torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def under_ncu(out: Path) -> None:
+    query = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True).stdout
+    lrc = [line.split()[0] for line in query.splitlines() if line.startswith("lrc__")]
+    metrics = METRICS + [f"{m}.sum" for m in lrc if "sectors" in m or "requests" in m][:12]
+    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
+           sys.executable, str(Path(__file__).resolve()), "--inside"]
+    with out.open("w") as f:
+        f.write(f"# ncu --clock-control none --profile-from-start off --metrics {','.join(metrics)}\n")
+        f.write("# lrc metrics this ncu lists: " + " ".join(lrc) + "\n")
+        f.flush()
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False)
+
+
+def main(out_dir: str) -> None:
+    from probe_rows import save, timed_rows
+    commit = os.environ.get("WORKBOOK_COMMIT", "local")
+    g = torch.Generator(device="cuda").manual_seed(29)
+    rows = []
+    for M, N, K, name in BUILDS:
+        fns = {"torch.matmul": torch.matmul, **contenders(M, N, K, name)}
+        ints = [torch.randint(-2, 3, s, device="cuda", generator=g).bfloat16() for s in ((M, K), (K, N))]
+        want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
+        for f, fn in fns.items():
+            if f != "torch.matmul":
+                for _ in range(2):
+                    assert torch.equal(fn(*ints), want), f
+        sets = [(torch.randn(M, K, device="cuda", generator=g).bfloat16(),
+                 torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(3)]
+        rows += timed_rows(fns, sets, f"{M}x{N}x{K} {name}: banded", 10, M=M, N=N, K=K, candidate=name)
+        save(rows, f"{out_dir}/gemm_placement_{commit}.csv")
+    under_ncu(Path(out_dir) / f"ncu_placement_{commit}.txt")
+    from workbook import ncu
+    import pandas as pd
+    table = ncu.read(Path(out_dir) / f"ncu_placement_{commit}.txt")
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
+        print(table.drop(columns=["kernel"]).to_string())
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--inside"]:
+        profile()
+    else:
+        main(*sys.argv[1:])
