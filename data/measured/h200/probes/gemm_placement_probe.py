@@ -15,19 +15,31 @@ Every order is checked exact on small integers, then timed taking turns (`probe_
 back to back and synchronised with 95 % intervals) against the planned order; a second process under ncu reads each
 order's L2 sectors and the coalescer's counters (one launch each).
 
-    python gemm_placement_probe.py OUT_DIR            (gemm_placement_<commit>.csv, ncu_placement_<commit>.txt)"""
+The second part (`where`): the same builds in their banded and row-major orders as a traced build whose exit stamp
+is replaced by the SM the CTA ran on (`SmidGemm`), three launches each, so that each CTA's SM, row and first-K-block
+time can be read together; and ncu again with the coalescer's input-side counters (sectors asked for, sectors
+coalesced by hardware and by multicast, sectors sent to the GPCs) for the banded and row-major orders and cuBLAS.
+
+    python gemm_placement_probe.py OUT_DIR            (gemm_placement_<commit>.csv, ncu_placement_<commit>.txt)
+    python gemm_placement_probe.py OUT_DIR where      (gemm_placement_smid_<commit>.csv, ncu_placement_lrc_<commit>.txt)"""
 import dataclasses
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import cutlass
 import torch
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
+import cutlass.cute as cute  # noqa: E402
+from cutlass.cute.runtime import make_fake_stream  # noqa: E402
+
 from gemm_kernels import configs, hopper_host, hopper_options  # noqa: E402
+from gemm_kernels.hopper import HopperGemm  # noqa: E402
+from workbook import launch  # noqa: E402
 
 # (M, N, K, candidate): one item per cluster, static walk (`one_wave`), no stream-K
 BUILDS = [(1024, 2048, 4096, "128 balanced cluster2"), (1024, 1024, 8192, "64 uniform cluster2n"),
@@ -38,6 +50,27 @@ METRICS = ["gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second", "dram_
            "lts__t_sectors_srcunit_tex_op_read_lookup_hit.sum", "lts__throughput.avg.pct_of_peak_sustained_elapsed",
            "l1tex__m_xbar2l1tex_read_bytes.sum",
            "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"]
+LRC_METRICS = ["gpu__time_duration.sum", "lts__t_sectors_srcunit_tex_op_read.sum", "lrc__xbar2lrc_requests_op_read.sum",
+               "lrc__request_sectors_op_read_coalescable.sum",
+               "lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum",
+               "lrc__request_sectors_op_read_coalescing_achieved_type_programmatic.sum",
+               "lrc__lts2lrc_sectors_op_read.sum", "lrc__lrc2xbar_sectors_op_read.sum",
+               "lrc__lrc2xbar_sectors_op_read_coalescing_achieved_type_hardware.sum",
+               "lrc__xbar2gpc_sectors_op_read.sum", "lrc__xbar2gpc_sectors_op_read_coalescing_achieved_type_hardware.sum",
+               "lrc__xbar2gpc_sectors_op_read_coalescing_achieved_type_programmatic.sum"]
+WHERE_ORDERS = ("banded", "row-major")
+
+
+class SmidGemm(HopperGemm):
+    """The traced build with the exit stamp (trace column 1) replaced by the SM the CTA runs on."""
+
+    @cute.jit
+    def stamp(self, trace, cta, col, ctidx):
+        if ctidx < 32:
+            if cutlass.const_expr(isinstance(col, int) and col == 1):
+                trace[cta, col] = cutlass.Int64(cute.arch.smid())
+            else:
+                trace[cta, col] = cute.arch.globaltimer()
 
 
 def order(rows: torch.Tensor, name: str) -> torch.Tensor:
@@ -58,14 +91,21 @@ def order(rows: torch.Tensor, name: str) -> torch.Tensor:
     return torch.tensor([p for p in picks if p < n])
 
 
-def contenders(M: int, N: int, K: int, name: str) -> dict:
-    """{order name: fn(a, b)}: the candidate as `gemm(a, b)` runs it, its work list in each order."""
+def contenders(M: int, N: int, K: int, name: str, orders=ORDERS, smid: bool = False) -> dict:
+    """{order name: fn(a, b)}: the candidate as `gemm(a, b)` runs it, its work list in each order; `smid`: as
+    `SmidGemm`, each fn returning the trace [CTAs, TRACE_COLS] instead of C."""
     options = hopper_options.one_wave(configs.HOPPER_CANDIDATES[name], M, N)
     assert not options.dynamic and not options.stream_k, (M, N, K, name, options)
-    base = hopper_host._call_for(M, N, K, torch.cuda.current_device(), options)
+    device = torch.cuda.current_device()
+    base = hopper_host._call_for(M, N, K, device, dataclasses.replace(options, trace=True) if smid else options)
+    if smid:
+        dummy = hopper_host._args(base.cfg, 16, 16, 16, 16, 16, 16, 16, 1, hopper_options.ALIGN,
+                                  hopper_options.ALIGN, 1, 1, make_fake_stream())
+        compiled = cute.compile(SmidGemm(base.cfg), *dummy, options=f"--gpu-arch {hopper_options.ARCH}")
+        base = dataclasses.replace(base, launches=launch.LaunchCache(compiled, device=device, pointers=7))
     assert base.work.shape[0] <= base.sizes[4] // base.cfg.cluster_size, "more rows than clusters"
     fns, seen = {}, set()
-    for o in ORDERS:
+    for o in orders:
         perm = order(base.work.cpu(), o)
         assert sorted(perm.tolist()) == list(range(base.work.shape[0])), o
         if tuple(perm.tolist()) in seen:      # an order that equals an earlier one at this shape runs once
@@ -75,19 +115,23 @@ def contenders(M: int, N: int, K: int, name: str) -> dict:
 
         def fn(a, b, call=call):
             out = torch.empty_like(call.out_like)
-            hopper_host._launch(call, a, b, out, torch.cuda.current_stream().cuda_stream)
-            return out
+            stream = torch.cuda.current_stream().cuda_stream
+            if smid:
+                call.scratch(stream)[2].fill_(-1)
+            hopper_host._launch(call, a, b, out, stream)
+            return call.scratch(stream)[2].clone() if smid else out
         fns[f"{M}x{N}x{K} {name}: {o}"] = fn
     return fns
 
 
-def profile() -> None:
+def profile(part: str) -> None:
     """The child under ncu: everything compiled and warmed, then one launch per order inside the profiler window."""
     runs = []
-    for M, N, K, name in BUILDS:
+    builds, orders = (BUILDS, ORDERS) if part == "orders" else (BUILDS[:3], WHERE_ORDERS)
+    for M, N, K, name in builds:
         a = torch.randn(M, K, device="cuda").bfloat16()
         b = torch.randn(K, N, device="cuda").bfloat16()
-        runs += [(f, lambda fn=fn, a=a, b=b: fn(a, b)) for f, fn in contenders(M, N, K, name).items()]
+        runs += [(f, lambda fn=fn, a=a, b=b: fn(a, b)) for f, fn in contenders(M, N, K, name, orders).items()]
         runs.append((f"{M}x{N}x{K} torch.matmul", lambda a=a, b=b: torch.matmul(a, b)))
     for _ in range(3):
         for _, fn in runs:
@@ -101,14 +145,15 @@ def profile() -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def under_ncu(out: Path) -> None:
+def under_ncu(out: Path, part: str = "orders") -> None:
     query = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True).stdout
     lrc = [line.split()[0] for line in query.splitlines() if line.startswith("lrc__")]
-    metrics = METRICS + [f"{m}.sum" for m in lrc if "sectors" in m or "requests" in m][:12]
+    metrics = (METRICS + [f"{m}.sum" for m in lrc if "sectors" in m or "requests" in m][:12] if part == "orders"
+               else LRC_METRICS)
     env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
-           sys.executable, str(Path(__file__).resolve()), "--inside"]
+           sys.executable, str(Path(__file__).resolve()), "--inside", part]
     with out.open("w") as f:
         f.write(f"# ncu --clock-control none --profile-from-start off --metrics {','.join(metrics)}\n")
         f.write("# lrc metrics this ncu lists: " + " ".join(lrc) + "\n")
@@ -116,9 +161,40 @@ def under_ncu(out: Path) -> None:
         subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False)
 
 
-def main(out_dir: str) -> None:
+def where(out_dir: str, commit: str) -> None:
+    """Each CTA's SM, row and stamps, three traced launches per build and order; then the coalescer's counters."""
+    import pandas as pd
+    from probe_rows import save
+    rows = []
+    for M, N, K, name in BUILDS:
+        a = torch.randn(M, K, device="cuda").bfloat16()
+        b = torch.randn(K, N, device="cuda").bfloat16()
+        for f, fn in contenders(M, N, K, name, WHERE_ORDERS, smid=True).items():
+            for rep in range(3):
+                trace = fn(a, b).cpu()
+                assert (trace[:, :2] >= 0).all(), f
+                t0 = trace[:, 0].min().item()
+                for cta, t in enumerate(trace.tolist()):
+                    rows.append(dict(M=M, N=N, K=K, candidate=name, order=f.split(": ")[-1], rep=rep, cta=cta,
+                                     smid=t[1], row=t[2], entry_us=(t[0] - t0) / 1e3,
+                                     **{k: (t[3 + i] - t0) / 1e3 for i, k in enumerate(("start_us", "data_us",
+                                                                                        "mma_done_us", "stored_us"))}))
+        save(rows, f"{out_dir}/gemm_placement_smid_{commit}.csv")
+    df = pd.DataFrame(rows)
+    print(df.groupby(["M", "N", "K", "candidate", "order", "rep"]).agg(sms=("smid", "nunique"),
+                                                                       data_spread=("data_us", "std")).to_string())
+    under_ncu(Path(out_dir) / f"ncu_placement_lrc_{commit}.txt", "where")
+    from workbook import ncu
+    table = ncu.read(Path(out_dir) / f"ncu_placement_lrc_{commit}.txt")
+    with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
+        print(table.drop(columns=["kernel"]).T.to_string())
+
+
+def main(out_dir: str, part: str = "orders") -> None:
     from probe_rows import save, timed_rows
     commit = os.environ.get("WORKBOOK_COMMIT", "local")
+    if part == "where":
+        return where(out_dir, commit)
     g = torch.Generator(device="cuda").manual_seed(29)
     rows = []
     for M, N, K, name in BUILDS:
@@ -142,7 +218,7 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--inside"]:
-        profile()
+    if sys.argv[1] == "--inside":
+        profile(sys.argv[2])
     else:
         main(*sys.argv[1:])
