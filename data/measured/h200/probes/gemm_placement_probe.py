@@ -21,7 +21,15 @@ time can be read together; and ncu again with the coalescer's input-side counter
 coalesced by hardware and by multicast, sectors sent to the GPCs) for the banded and row-major orders and cuBLAS.
 
     python gemm_placement_probe.py OUT_DIR            (gemm_placement_<commit>.csv, ncu_placement_<commit>.txt)
-    python gemm_placement_probe.py OUT_DIR where      (gemm_placement_smid_<commit>.csv, ncu_placement_lrc_<commit>.txt)"""
+The third part (`spread`), after the second found consecutive clusters placed on neighbouring SMs, GPC by GPC,
+and the orders that keep a panel's sharers out of one group of SMs reading fewer sectors: the rows in a `spread`
+order, each next row the earliest left whose tile shares the fewest panels (its m0 or its n0) with the 7 rows
+before it, against banded, row-major and random, at the builds above, 2048 x 1024 x 4096 and the rule's stream-K
+pick at 1024 x 1024 x 8192 (its units handed to clusters in list order, as the one-wave builds' rows).
+
+    python gemm_placement_probe.py OUT_DIR            (gemm_placement_<commit>.csv, ncu_placement_<commit>.txt)
+    python gemm_placement_probe.py OUT_DIR where      (gemm_placement_smid_<commit>.csv, ncu_placement_lrc_<commit>.txt)
+    python gemm_placement_probe.py OUT_DIR spread     (gemm_placement_spread_<commit>.csv, ncu_placement_spread_<commit>.txt)"""
 import dataclasses
 import os
 import subprocess
@@ -59,6 +67,12 @@ LRC_METRICS = ["gpu__time_duration.sum", "lts__t_sectors_srcunit_tex_op_read.sum
                "lrc__xbar2gpc_sectors_op_read.sum", "lrc__xbar2gpc_sectors_op_read_coalescing_achieved_type_hardware.sum",
                "lrc__xbar2gpc_sectors_op_read_coalescing_achieved_type_programmatic.sum"]
 WHERE_ORDERS = ("banded", "row-major")
+SPREAD_BUILDS = BUILDS + [(2048, 1024, 4096, "128 balanced cluster2"), (1024, 1024, 8192, "128 stream-k cluster2x2")]
+SPREAD_ORDERS = ("banded", "row-major", "random", "spread")
+SPREAD_METRICS = METRICS + ["lrc__request_sectors_op_read_coalescing_achieved_type_hardware.sum",
+                            "lrc__request_sectors_op_read_coalescing_achieved_type_programmatic.sum"]
+PARTS = {"orders": (BUILDS, ORDERS, METRICS, ""), "where": (BUILDS[:3], WHERE_ORDERS, LRC_METRICS, "_lrc"),
+         "spread": (SPREAD_BUILDS, SPREAD_ORDERS, SPREAD_METRICS, "_spread")}
 
 
 class SmidGemm(HopperGemm):
@@ -85,6 +99,14 @@ def order(rows: torch.Tensor, name: str) -> torch.Tensor:
         return torch.tensor(sorted(range(n), key=lambda i: (n0[i], m0[i])))
     if name == "random":
         return torch.randperm(n, generator=torch.Generator().manual_seed(5))
+    if name == "spread":                     # the earliest row sharing the fewest panels with the 7 before it
+        left, out = list(range(n)), []
+        while left:
+            recent = out[-7:]
+            pick = min(left, key=lambda i: (sum((m0[i] == m0[j]) + (n0[i] == n0[j]) for j in recent), i))
+            left.remove(pick)
+            out.append(pick)
+        return torch.tensor(out)
     step = int(name.split()[1])              # "dealt G": position c takes banded row (c % G) * ceil(n / G) + c // G
     per = -(-n // step)
     picks = [(c % step) * per + c // step for c in range(step * per)]
@@ -95,7 +117,8 @@ def contenders(M: int, N: int, K: int, name: str, orders=ORDERS, smid: bool = Fa
     """{order name: fn(a, b)}: the candidate as `gemm(a, b)` runs it, its work list in each order; `smid`: as
     `SmidGemm`, each fn returning the trace [CTAs, TRACE_COLS] instead of C."""
     options = hopper_options.one_wave(configs.HOPPER_CANDIDATES[name], M, N)
-    assert not options.dynamic and not options.stream_k, (M, N, K, name, options)
+    # rows go to clusters in list order: the static walk with one row per cluster, or stream-K's units
+    assert options.stream_k or not options.dynamic, (M, N, K, name, options)
     device = torch.cuda.current_device()
     base = hopper_host._call_for(M, N, K, device, dataclasses.replace(options, trace=True) if smid else options)
     if smid:
@@ -127,7 +150,7 @@ def contenders(M: int, N: int, K: int, name: str, orders=ORDERS, smid: bool = Fa
 def profile(part: str) -> None:
     """The child under ncu: everything compiled and warmed, then one launch per order inside the profiler window."""
     runs = []
-    builds, orders = (BUILDS, ORDERS) if part == "orders" else (BUILDS[:3], WHERE_ORDERS)
+    builds, orders = PARTS[part][:2]
     for M, N, K, name in builds:
         a = torch.randn(M, K, device="cuda").bfloat16()
         b = torch.randn(K, N, device="cuda").bfloat16()
@@ -149,7 +172,7 @@ def under_ncu(out: Path, part: str = "orders") -> None:
     query = subprocess.run(["ncu", "--query-metrics"], capture_output=True, text=True).stdout
     lrc = [line.split()[0] for line in query.splitlines() if line.startswith("lrc__")]
     metrics = (METRICS + [f"{m}.sum" for m in lrc if "sectors" in m or "requests" in m][:12] if part == "orders"
-               else LRC_METRICS)
+               else PARTS[part][2])
     env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
@@ -195,10 +218,11 @@ def main(out_dir: str, part: str = "orders") -> None:
     commit = os.environ.get("WORKBOOK_COMMIT", "local")
     if part == "where":
         return where(out_dir, commit)
+    builds, orders, _, suffix = PARTS[part]
     g = torch.Generator(device="cuda").manual_seed(29)
     rows = []
-    for M, N, K, name in BUILDS:
-        fns = {"torch.matmul": torch.matmul, **contenders(M, N, K, name)}
+    for M, N, K, name in builds:
+        fns = {"torch.matmul": torch.matmul, **contenders(M, N, K, name, orders)}
         ints = [torch.randint(-2, 3, s, device="cuda", generator=g).bfloat16() for s in ((M, K), (K, N))]
         want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
         for f, fn in fns.items():
@@ -208,11 +232,11 @@ def main(out_dir: str, part: str = "orders") -> None:
         sets = [(torch.randn(M, K, device="cuda", generator=g).bfloat16(),
                  torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(3)]
         rows += timed_rows(fns, sets, f"{M}x{N}x{K} {name}: banded", 10, M=M, N=N, K=K, candidate=name)
-        save(rows, f"{out_dir}/gemm_placement_{commit}.csv")
-    under_ncu(Path(out_dir) / f"ncu_placement_{commit}.txt")
+        save(rows, f"{out_dir}/gemm_placement{suffix}_{commit}.csv")
+    under_ncu(Path(out_dir) / f"ncu_placement{suffix}_{commit}.txt", part)
     from workbook import ncu
     import pandas as pd
-    table = ncu.read(Path(out_dir) / f"ncu_placement_{commit}.txt")
+    table = ncu.read(Path(out_dir) / f"ncu_placement{suffix}_{commit}.txt")
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
         print(table.drop(columns=["kernel"]).to_string())
 
