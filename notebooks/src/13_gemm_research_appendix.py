@@ -262,8 +262,13 @@ display((counts / counts.loc["torch.matmul"]).round(2).T)
 # Here is the difference: per product, cuBLAS's kernel reads about two thirds of the L2 sectors our pair along N
 # reads. Both pairs load 16 KiB per CTA and K-block by the tile arithmetic above (the profile counts a little more,
 # the tile alone a little less than its 24 KiB); what cuBLAS reads is about what a 2 × 2 cluster, sharing A along N
-# *and* B along M, would load (12 KiB). Whatever its kernel does to get there, the bytes our kernel asks of the L2
-# are the next thing to cut at these shapes, not the pairing. The pair along N stays a candidate of the rule.
+# *and* B along M, would load (12 KiB). The L2's request coalescer, which sits in front of it, says how (an H100,
+# `nvidia_h100_80gb_hbm3/probes/ncu_placement_lrc_a658e26.txt`): both kernels *ask* for the same sectors, and merge
+# the multicast ones alike, but of the sectors each CTA loads for itself cuBLAS's coalescer merges 71 % with the
+# same sectors asked by other CTAs, ours 4-19 %. A merge needs the requests to arrive together. Ours do not: traced,
+# our CTAs' K loops end 5-11 µs apart in a 31-34 µs loop (`gemm_placement_smid_a658e26.csv`), and the clusters the
+# scheduler places side by side, on one group of SMs, merge less than those it spreads. The pair along N stays a
+# candidate of the rule.
 #
 # ## Finding 8: a 2 × 2 cluster reads cuBLAS's bytes
 #
@@ -302,7 +307,10 @@ display(profile[["time (ms)", "L2 sectors read", "L2 sectors written", "DRAM rea
 # `probes/ncu_kheavy_2x2_l2.txt`) says where the rest of the gap is not: the 2 × 2 kernel reads *fewer* L2 sectors
 # than cuBLAS. It writes several times as many (stream-K's partial sums, which also add DRAM traffic), keeps the
 # tensor pipe busy for a smaller share of a longer run, and its warps wait at barriers about twice as often as
-# cuBLAS's: the hand-over of partial sums and the waits of four CTAs on one another's slots are the next leads. Where
+# cuBLAS's: the hand-over of partial sums and the waits of four CTAs on one another's slots are the next leads. Traced
+# on an H100 (`nvidia_h100_80gb_hbm3/probes/gemm_kheavy_trace_0fbebd9.csv`), both are real: each side of a split
+# spends 1.9-2.9 µs on partial sums where a whole tile's epilogue takes 0.3-0.4, and the contributing segments'
+# K-blocks take 1.24× the tensor pipe's time at K = 8192 and 1.6-1.7× at 32768, each held to the slowest of four. Where
 # the items are many (2048 × 2048 × 16384: 64 items, 2.1 waves of 30) it loses to the pairs, which fit 66 at a time:
 # a cluster's size sets its wave count, not only its bytes.
 #
@@ -336,3 +344,4 @@ display(HTML(f"<details><summary>Solution (click to open)</summary><pre>{exercis
 # * Copying the shape of a faster kernel (its tile, its cluster) copies its bytes, not its speed: at few-tile
 #   K-heavy shapes our pairs keep the L2 busier per product than cuBLAS. Counting the bytes cuBLAS reads led to the
 #   2 × 2 cluster, which reads as few and closes most of the gap where its items fit the 30 clusters the H200 holds.
+#   The coalescer's counters say how cuBLAS reads fewer with a pair: its CTAs ask for shared sectors together.
