@@ -73,6 +73,8 @@ HOPPER_CANDIDATES = {
     "256 stream-k cluster1": _H(**_REGISTER, schedule="uniform", cluster_m=1, stream_k=True),
     "192 stream-k cluster1": _H(tile=(128, 192, 64), schedule="uniform", cluster_m=1, stream_k=True),
     "128 stream-k cluster2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, stream_k=True),
+    # every item cut into the same pieces along K where they fit the slots twice or more (`Options.split_k`)
+    "128 split-k cluster2": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=2, stream_k=True, split_k=True),
     "128 stream-k cluster1": _H(tile=(128, 128, 64), schedule="uniform", cluster_m=1, stream_k=True),
     "64 stream-k cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1, stream_k=True),
     "64 uniform cluster1": _H(tile=(128, 64, 64), schedule="uniform", cluster_m=1),

@@ -30,7 +30,7 @@ from cutlass.cute.runtime import make_fake_stream
 from gemm_kernels import check_operand, configs, rule
 from gemm_kernels.hopper import ELEMENT_TYPES, HopperGemm
 from gemm_kernels.hopper_options import (ALIGN, ARCH, DTYPES, TILE_K, Config, Options, check_shape, config_for,
-                                         one_wave)
+                                         split_k_slots)
 from gemm_kernels.hopper_trace import TRACE_COLS, trace_frame
 from gemm_kernels.hopper_worklist import band_rows_for, work_rows
 from workbook import launch, timing
@@ -95,7 +95,9 @@ def _prepare(M: int, N: int, K: int, device: int, options: Options, dtype: torch
         raise ValueError(f"this kernel is for sm_90a (H100/H200); {torch.cuda.get_device_name(device)} is not")
     cfg, plan = config_for(M, N, options, dtype=dtype)
     band_rows = band_rows_for(K, cfg.tile_m) if options.band_rows is None else options.band_rows
-    rows, partial_slots = work_rows(plan.items, band_rows, plan.slots, -(-K // TILE_K), cfg.stream_k, cfg.tile_m)
+    k_blocks = -(-K // TILE_K)
+    cut_for = split_k_slots(options, len(plan.items), plan.slots, k_blocks)
+    rows, partial_slots = work_rows(plan.items, band_rows, cut_for, k_blocks, cfg.stream_k, cfg.tile_m)
     work = torch.tensor(rows, dtype=torch.int32, device=torch.device("cuda", device))
     slots = min(len(rows), plan.slots) if options.persistent else len(rows)
     # swapped, the kernel computes the (N, M) problem c^T = b^T a^T (`_launch` passes b as its a)
@@ -134,7 +136,7 @@ _tuned: dict = {}   # (M, N, K, device, dtype) -> the _Call autotune chose
 
 def _tuned_call(a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, device: int) -> _Call:
     """The _Call of the fastest of `rule.contenders(M, N, K)` on these operands, each as `gemm(a, b)` would run it
-    (`one_wave`), timed on the first call of the shape (and dtype and device) in this process and remembered;
+    (`rule.as_run`), timed on the first call of the shape (and dtype and device) in this process and remembered;
     candidates that refuse the shape are skipped."""
     key = (M, N, K, device, a.dtype)
     found = _tuned.get(key)
@@ -143,10 +145,14 @@ def _tuned_call(a: torch.Tensor, b: torch.Tensor, M: int, N: int, K: int, device
     if torch.cuda.is_current_stream_capturing():
         raise ValueError("gemm(a, b, autotune=True) times its candidates at the first call of a shape, which a "
                          "CUDA graph capture cannot hold: make one such call before capturing")
-    calls = {}
+    calls, seen = {}, set()
     for name in rule.contenders(M, N, K):
+        options = rule.as_run(configs.HOPPER_CANDIDATES[name], M, N, K)
+        if options in seen:
+            continue                        # two candidates that run as one build are timed once
+        seen.add(options)
         try:
-            calls[name] = _prepare(M, N, K, device, one_wave(configs.HOPPER_CANDIDATES[name], M, N), a.dtype)
+            calls[name] = _prepare(M, N, K, device, options, a.dtype)
         except ValueError:
             continue                        # this configuration cannot take the shape
     out = torch.empty_like(next(iter(calls.values())).out_like)

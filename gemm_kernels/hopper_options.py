@@ -120,7 +120,10 @@ class Options(BackendOptions):
     (False: slot i runs items i, i + slots, ...). defer_epilogue: (register epilogue; None = on with it) store
     each item's C 32 columns at a time behind the next item's first 8 K-blocks, not all at once between the
     two. stream_k: split a uniform plan's partial last wave along K over every slot (measured on the H200 and
-    left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). short_a_box:
+    left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). split_k: (with
+    stream_k) where the items fit the slots at least twice, cut every item into the same pieces instead
+    (`split_k_slots`), so that all pieces start at once and the tiles sharing a panel of A or B read each of its
+    K-blocks together; stream-K's cut, one unit of equal length per slot, starts them at staggered K-blocks. short_a_box:
     where M is shorter than a tile (and there is no cluster), TMA loads only the power of two of rows that covers
     it (`short_a_rows`), not a whole tile_m-row box mostly of zero fill. clamp_a_box: (register epilogue) a CTA
     whose rows run past M loads the last box of rows inside M instead (`HopperGemm.a_origin`) and stores only its
@@ -149,6 +152,7 @@ class Options(BackendOptions):
     dynamic: bool = True
     defer_epilogue: bool | None = None
     stream_k: bool = False
+    split_k: bool = False
     short_a_box: bool = True
     clamp_a_box: bool | None = None
     trace: bool = False
@@ -192,6 +196,8 @@ class Options(BackendOptions):
             raise ValueError("clamp_a_box needs the register epilogue (the staged one stores whole boxes from m0)")
         if self.stream_k and not self.persistent:
             raise ValueError("stream_k needs persistent CTAs: a FINISH waits for units that must be running too")
+        if self.split_k and not self.stream_k:
+            raise ValueError("split_k cuts stream-K's work list another way: it needs stream_k=True")
         self._seal()
 
     __hash__ = BackendOptions.cached_hash
@@ -312,6 +318,26 @@ def segments(stream_k: bool) -> int:
     """Segments per work-list row (`hopper_worklist`): three with stream-K, since a unit may end one item,
     hold the next whole and start the one after (`waves.stream_k`); one otherwise."""
     return 3 if stream_k else 1
+
+
+def split_k_pieces(items: int, slots: int, k_blocks: int) -> int:
+    """The pieces along K that `Options.split_k` cuts each of `items` into for `slots` slots: slots // items, at
+    most one per K-block; 1 (no cut) where that is under 2."""
+    pieces = min(slots // items, k_blocks) if items else 0
+    return pieces if pieces >= 2 else 1
+
+
+def split_k_slots(options: Options, items: int, slots: int, k_blocks: int) -> int:
+    """How many slots a stream-K work list is cut for (`hopper_worklist.work_rows`): with `Options.split_k`, where
+    the items fit the slots twice or more, pieces x items (`split_k_pieces`), so each item is cut into the same
+    runs of K-blocks and every piece starts at once; else `slots` (the stream-K cut: equal units over every slot,
+    starting at staggered K-blocks). Measured on an H100 (probes/gemm_aligned_split_probe.py): 128 x 128 pairs at
+    1024 x 1024 x K cut into halves, 64 units for 66 pair slots, took 0.93 / 0.88 / 0.68 of the staggered 2 x 2
+    stream-K's GPU time at K = 8192 / 16384 / 32768 and 0.79 / 0.67 / 0.45 of the same pairs' staggered cut; at
+    K = 32768 it read 151 MB from DRAM (A and B are 134) where the staggered cuts read 394 (2 x 2) and 627
+    (pairs)."""
+    pieces = split_k_pieces(items, slots, k_blocks) if options.split_k else 1
+    return pieces * items if pieces > 1 else slots
 
 
 def short_a_rows(M: int, options: Options) -> int | None:

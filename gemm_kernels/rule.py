@@ -216,9 +216,37 @@ def contenders(M: int, N: int, K: int) -> tuple[str, ...]:
 
 def options_for(M: int, N: int, K: int):
     """The `hopper_options.Options` that `gemm(a, b)` runs for this shape when the caller gives none: the chosen
-    candidate, in one wave of single items without the counter and with the staged epilogue
-    (`hopper_options.one_wave`)."""
-    return hopper_options.one_wave(configs.HOPPER_CANDIDATES[choose(M, N, K)], M, N)
+    candidate as `as_run` runs it."""
+    return as_run(configs.HOPPER_CANDIDATES[choose(M, N, K)], M, N, K)
+
+
+def as_run(options, M: int, N: int, K: int):
+    """A candidate as the rule runs it (and autotune times it): `split_k_instead` of it, then in one wave of single
+    items without the counter and with the staged epilogue where that applies (`hopper_options.one_wave`)."""
+    return hopper_options.one_wave(split_k_instead(options, M, N, K), M, N)
+
+
+SPLIT_K = "128 split-k cluster2"   # what a stream-K choice becomes where its items split evenly (`split_k_instead`)
+SPLIT_K_FILL = 7 / 8               # ... and the pieces keep at least this share of the pair slots busy
+
+
+def split_k_instead(options, M: int, N: int, K: int, gpu=None):
+    """SPLIT_K (128 x 128 tiles in pairs along M, every item cut into the same pieces along K, all starting at once:
+    `hopper_options.split_k_slots`) where `options` is a stream-K candidate and those pieces keep at least
+    SPLIT_K_FILL of the pair slots busy; else `options`. Stream-K's cut starts its units at staggered K-blocks, so
+    tiles that share a panel of A or B read it at different times, each K-block again from DRAM unless the L2 still
+    holds it; the pieces of a split read it together. On an H100 (probes/gemm_aligned_split_probe.py, 10
+    interleaved rounds), against the rule's `128 stream-k cluster2x2`, GPU time / back to back / synchronised:
+    1024 x 1024 x 8192 0.930 / 0.963 / 0.995, x 16384 0.880 / 0.929 / 0.973, x 32768 0.681 / 0.677 / 0.764, 512 x
+    2048 x 16384 0.847 / 0.859 / 0.932 (torch.matmul at 0.797-0.884 of the pick there: level with it at three of
+    the four)."""
+    if not options.stream_k or options.swap_ab or options.split_k:
+        return options
+    split = configs.HOPPER_CANDIDATES[SPLIT_K]
+    plan = hopper_options.plan_for(M, N, split, gpu)
+    items = len(plan.items)
+    pieces = hopper_options.split_k_pieces(items, plan.slots, -(-K // hopper_options.TILE_K))
+    return split if pieces > 1 and pieces * items >= SPLIT_K_FILL * plan.slots else options
 
 
 def leave_one_out(rule: Rule, frame):

@@ -36,14 +36,14 @@ CLASSES = ("square", "rectangle", "skinny", "k-heavy", "odd")
 GOAL_PCT, FLOOR_PCT = 103.0, 95.0        # issue 18: median >= 103 % in every class, no shape below 95 %
 CONTENDERS = {"default": "fixed default", "rule": "rule (leave-one-out)", "oracle": "per-shape best"}
 _COLOURS = {"default": IDLE, "rule": GAIN, "oracle": "#55a868", "shipped": LOSS}
-_SCHEDULES = {"balanced": "b", "stream-k": "sk", "uniform": "u", "one-per-item": "p"}
+_SCHEDULES = {"balanced": "b", "stream-k": "sk", "split-k": "sp", "uniform": "u", "one-per-item": "p"}
 
 
 def short_name(name: str) -> str:
     """A cell-sized label of a configuration name: "256 balanced cluster2" -> "256b2", "128 stream-k cluster1"
-    -> "128sk1", "64 one-per-item cluster1" -> "64p1" (width, schedule, CTAs per cluster); the small-M tile's
-    names give its rows too: "64x128 uniform cluster1" -> "64x128u1"; swapped operands end in "s":
-    "288 uniform cluster4 swapped" -> "288u4s"."""
+    -> "128sk1", "128 split-k cluster2" -> "128sp2", "64 one-per-item cluster1" -> "64p1" (width, schedule, CTAs
+    per cluster); the small-M tile's names give its rows too: "64x128 uniform cluster1" -> "64x128u1"; swapped
+    operands end in "s": "288 uniform cluster4 swapped" -> "288u4s"."""
     parts = name.split()
     swapped = parts[3:] == ["swapped"]
     if swapped:

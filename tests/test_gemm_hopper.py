@@ -741,6 +741,31 @@ def _segments(rows):
                 yield r, s, seg
 
 
+def test_split_k_cuts_every_item_into_the_same_pieces_which_start_together():
+    split = configs.HOPPER_CANDIDATES["128 split-k cluster2"]
+    plan = hopper_options.plan_for(1024, 1024, split, gpus.H200)
+    k_blocks = 8192 // hopper_options.TILE_K
+    slots = hopper_options.split_k_slots(split, len(plan.items), plan.slots, k_blocks)
+    assert (len(plan.items), plan.slots, slots) == (32, 66, 64)
+    rows, partials = hopper_worklist.work_rows(plan.items, 16, slots, k_blocks, stream_k=True)
+    segs = [seg for _, _, seg in _segments(rows)]
+    assert len(rows) == len(segs) == 64 and partials == 32          # one piece a row, one partial an item
+    assert {(seg[3], seg[4]) for seg in segs} == {(0, 64), (64, 64)}
+    by_item = {}
+    for seg in segs:
+        by_item.setdefault(seg[:3], []).append(seg[5])
+    assert all(sorted(roles) == [hopper_worklist.CONTRIBUTE, hopper_worklist.FINISH] for roles in by_item.values())
+    staggered, _ = hopper_worklist.work_rows(plan.items, 16, plan.slots, k_blocks, stream_k=True)
+    assert len({seg[3] for _, _, seg in _segments(staggered)}) > 20    # stream-K's units start all over K
+    # pieces: slots // items, at most one per K-block; under two, stream-K's own cut over every slot
+    assert [hopper_options.split_k_slots(split, *args) for args in
+            [(16, 66, 128), (9, 66, 3), (40, 66, 128), (33, 66, 1)]] == [64, 27, 66, 66]
+    stream_k = configs.HOPPER_CANDIDATES["128 stream-k cluster2"]
+    assert hopper_options.split_k_slots(stream_k, 32, 66, 128) == 66
+    with pytest.raises(ValueError, match="split_k"):
+        hopper_options.Options(split_k=True)
+
+
 @pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 1032, 520), (2560, 7168, 256), (2048, 5120, 1024)])
 def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N, K):
     plan = hopper_options.plan_for(M, N, gpu=gpus.H200, schedule="uniform", cluster_m=2)

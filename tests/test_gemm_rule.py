@@ -363,6 +363,21 @@ def test_every_candidate_is_exact_into_a_new_output_at_every_call(name):
         assert done["captured"] <= 1 and done["replayed"] >= len(outs) - launch.CAPTURE_AFTER
 
 
+def test_a_stream_k_choice_runs_split_k_only_where_its_pieces_fill_the_pairs():
+    from workbook import gpus
+    pick = configs.HOPPER_CANDIDATES["128 stream-k cluster2x2"]
+    split = configs.HOPPER_CANDIDATES[rule.SPLIT_K]
+    assert split.split_k and split.stream_k and split.cluster_m == 2 and split.tile_n == 128
+    assert rule.split_k_instead(pick, 1024, 1024, 8192, gpus.H200) is split     # 32 items: 64 of 66 pair slots
+    assert rule.split_k_instead(pick, 512, 1024, 16384, gpus.H200) is split     # 16 items in quarters: 64 of 66
+    assert rule.split_k_instead(pick, 768, 1024, 8192, gpus.H200) is pick       # 24 items in halves: 48 of 66
+    assert rule.split_k_instead(pick, 4096, 4096, 8192, gpus.H200) is pick      # more items than slots
+    assert rule.split_k_instead(pick, 1024, 1024, 64, gpus.H200) is pick        # one K-block: nothing to cut
+    whole = configs.HOPPER_CANDIDATES["128 balanced cluster2"]
+    assert rule.split_k_instead(whole, 1024, 1024, 8192, gpus.H200) is whole   # not stream-K: as chosen
+    assert rule.as_run(pick, 1024, 1024, 8192) == split                         # one_wave leaves stream-K alone
+
+
 # the candidates `hopper_options.one_wave` changes where a plan gives each cluster one item at most
 ONE_WAVE = [name for name, o in configs.HOPPER_CANDIDATES.items()
             if hopper_options.one_wave(o, 512, 1032) is not o]

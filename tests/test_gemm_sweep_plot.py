@@ -58,6 +58,7 @@ def test_short_names_are_unique_and_read_as_documented():
     assert sweep_plot.short_name("256 balanced cluster2") == "256b2"
     assert sweep_plot.short_name("128 stream-k cluster1") == "128sk1"
     assert sweep_plot.short_name("64 one-per-item cluster1") == "64p1"
+    assert sweep_plot.short_name("128 split-k cluster2") == "128sp2"
     for bad in ("256 balanced", "256 sideways cluster2", "gemm() default", "wide balanced cluster2"):
         with pytest.raises(ValueError):
             sweep_plot.short_name(bad)

@@ -14,7 +14,12 @@ units), the one-wave `64x128 uniform cluster2` (whole K per CTA, L2-bound at 59-
 torch.matmul, exact on small integers first, then timed taking turns (`probe_rows.timed_rows`); and one launch of
 each under ncu at 1024 x 1024 x 32768 for DRAM bytes and L2 sectors.
 
-    python gemm_aligned_split_probe.py OUT_DIR   (gemm_aligned_split_<commit>.csv, ncu_aligned_split_<commit>.txt)"""
+The second round (`library`), after `Options.split_k` and the rule's `split_k_instead` landed: `gemm(a, b)` as the rule
+now runs it against the rule's pick as named and torch.matmul, at the four shapes above and three where the split
+cuts each item into quarters (16 items for 66 pair slots), which the first round did not time.
+
+    python gemm_aligned_split_probe.py OUT_DIR           (gemm_aligned_split_<commit>.csv, ncu_aligned_split_<commit>.txt)
+    python gemm_aligned_split_probe.py OUT_DIR library   (gemm_aligned_split_library_<commit>.csv)"""
 import dataclasses
 import os
 import subprocess
@@ -85,13 +90,25 @@ def profile() -> None:
     torch.cuda.cudart().cudaProfilerStop()
 
 
-def main(out_dir: str) -> None:
+LIBRARY_SHAPES = SHAPES + [(512, 1024, 16384), (1024, 512, 16384), (256, 2048, 16384)]
+
+
+def library(M: int, N: int, K: int) -> dict:
+    """torch.matmul, the rule's pick as named (in one wave where that applies) and gemm(a, b) as the rule runs it."""
+    pick = rule.choose(M, N, K)
+    named = hopper_options.one_wave(configs.HOPPER_CANDIDATES[pick], M, N)
+    assert rule.options_for(M, N, K).split_k and not named.split_k, (M, N, K, pick)
+    return {"torch.matmul": torch.matmul, f"pick: {pick}": lambda a, b: hopper_host.gemm(a, b, named),
+            "gemm(a, b)": lambda a, b: hopper_host.gemm(a, b)}
+
+
+def main(out_dir: str, part: str = "first") -> None:
     from probe_rows import save, timed_rows
     commit = os.environ.get("WORKBOOK_COMMIT", "local")
     g = torch.Generator(device="cuda").manual_seed(31)
     rows = []
-    for M, N, K in SHAPES:
-        fns = contenders(M, N, K)
+    for M, N, K in (LIBRARY_SHAPES if part == "library" else SHAPES):
+        fns = library(M, N, K) if part == "library" else contenders(M, N, K)
         ints = [torch.randint(-2, 3, s, device="cuda", generator=g).bfloat16() for s in ((M, K), (K, N))]
         want = torch.matmul(ints[0].float(), ints[1].float()).bfloat16()
         for f, fn in fns.items():
@@ -102,7 +119,9 @@ def main(out_dir: str) -> None:
                  torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(3)]
         pick = next(f for f in fns if f.startswith("pick: "))
         rows += timed_rows(fns, sets, pick, 10, M=M, N=N, K=K)
-        save(rows, f"{out_dir}/gemm_aligned_split_{commit}.csv")
+        save(rows, f"{out_dir}/gemm_aligned_split{'_library' if part == 'library' else ''}_{commit}.csv")
+    if part == "library":
+        return
     out = Path(out_dir) / f"ncu_aligned_split_{commit}.txt"
     env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
