@@ -102,43 +102,41 @@ def check_band_rows(band_rows: int) -> None:
 class Options(BackendOptions):
     """Every choice a Hopper GEMM call can make, each checked once, here.
 
-    tile: (tile_m, tile_n, 64) with tile_m 128 (two consumer warpgroups of 64 rows) or 64 (one: the small-M
-    tile, for skinny problems, where most rows of a 128-row tile are TMA's zero fill) and tile_n one of 64,
-    128, 192, 256; every other option works with either. stages: ring depth, None = the most that
-    fit (`stage_count`). epilogue: "register" (from registers, no shared memory) or "staged" (through shared
-    memory and a TMA store). schedule: "balanced" (some tiles narrower so the last wave fills the GPU) or
-    "uniform". narrow_ns: the narrow widths the balanced plan may choose from, None = every one
-    `narrow_widths(tile_n, epilogue)` lists (240, 224, 192, 128 for 256 and the register epilogue).
-    cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2 -> SMEM traffic).
-    cluster_n: 2 pairs CTAs along N to share A tiles the same way: an item is then cluster_m tile_m x 2 tile_n,
-    each CTA computes one tile of it, and the plan has no narrow tiles (a balanced schedule is then the uniform
-    one), since a narrow item would leave one CTA of the pair a ragged share. Both 2: a 2 x 2 cluster of four CTAs,
-    A shared along each row and B along each column.
-    band_rows: the L2 raster of the work list (`hopper_worklist.banded`), None = `band_rows_for(K)`; 1 keeps
-    the planner's row-major order. persistent: False launches one CTA (pair) per work item and lets the
-    hardware hand them out in order. dynamic: persistent CTAs take the next item from a global counter
-    (False: slot i runs items i, i + slots, ...). defer_epilogue: (register epilogue; None = on with it) store
-    each item's C 32 columns at a time behind the next item's first 8 K-blocks, not all at once between the
-    two. stream_k: split a uniform plan's partial last wave along K over every slot (measured on the H200 and
-    left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it removes). split_k: (with
-    stream_k) where the items fit the slots at least twice, cut every item into the same pieces instead
-    (`split_k_slots`), so that all pieces start at once and the tiles sharing a panel of A or B read each of its
-    K-blocks together; stream-K's cut, one unit of equal length per slot, starts them at staggered K-blocks. short_a_box:
-    where M is shorter than a tile (and there is no cluster), TMA loads only the power of two of rows that covers
-    it (`short_a_rows`), not a whole tile_m-row box mostly of zero fill. clamp_a_box: (register epilogue) a CTA
-    whose rows run past M loads the last box of rows inside M instead (`HopperGemm.a_origin`) and stores only its
-    own rows of the result; None (the default) does so where M's last tile holds at most half a tile of rows
-    (`clamps_a_box`), True everywhere, False nowhere. trace: the separate build that stamps the global timer
-    around each row (`hopper_host.timeline`). pdl: launch as a programmatic dependent of the kernel before it in
-    the stream (PDL): the CTAs start, set up their barriers and prefetch their descriptors while that kernel
-    drains, and wait for it to finish (`griddepcontrol.wait`) before their first global access. Off by default:
-    through the launch cache's graphs it moved no shape's time by more than 5 % either way (an H100,
-    data/measured/nvidia_h100_80gb_hbm3/probes/pdl_a5c1543.csv). swap_ab: compute c^T = b^T a^T, so that our M
-    runs along WGMMA's N, whose size goes in steps of 8, and our N along its 64-row M: the tile is 128 rows of
-    our N by tile_n of our M, cuBLAS's plan where M is not a whole number of 128-row tiles (`gemm_kernels.hopper`,
-    "Swapped operands"). It needs the staged epilogue (c is written column-major by a transposing stmatrix),
-    128-row tiles, tile_n a multiple of 32 up to 256 or 288 (three 96-wide WGMMAs), cluster_m 1, 2 or 4 (CTAs
-    along our N sharing each tile of our A), cluster_n 1, and plans uniform tiles only.
+    tile: (tile_m, tile_n, 64) with tile_m 128 (two consumer warpgroups of 64 rows) or 64 (one: the small-M tile,
+    for skinny problems, where most rows of a 128-row tile are TMA's zero fill) and tile_n one of 64, 128, 192, 256;
+    every other option works with either. stages: ring depth, None = the most that fit (`stage_count`). epilogue:
+    "register" (from registers, no shared memory) or "staged" (through shared memory and a TMA store). schedule:
+    "balanced" (some tiles narrower so the last wave fills the GPU) or "uniform". narrow_ns: the narrow widths the
+    balanced plan may choose from, None = every one `narrow_widths(tile_n, epilogue)` lists (240, 224, 192, 128 for
+    256 and the register epilogue). cluster_m: 2 pairs CTAs along M to share B tiles by TMA multicast (halves B's L2
+    -> SMEM traffic). cluster_n: 2 pairs CTAs along N to share A tiles the same way: an item is then cluster_m
+    tile_m x 2 tile_n, each CTA computes one tile of it, and the plan has no narrow tiles (a balanced schedule is
+    then the uniform one), since a narrow item would leave one CTA of the pair a ragged share. Both 2: a 2 x 2
+    cluster of four CTAs, A shared along each row and B along each column. band_rows: the L2 raster of the work list
+    (`hopper_worklist.banded`), None = `band_rows_for(K)`; 1 keeps the planner's row-major order. persistent: False
+    launches one CTA (pair) per work item and lets the hardware hand them out in order. dynamic: persistent CTAs
+    take the next item from a global counter (False: slot i runs items i, i + slots, ...). defer_epilogue: (register
+    epilogue; None = on with it) store each item's C 32 columns at a time behind the next item's first 8 K-blocks,
+    not all at once between the two. stream_k: split a uniform plan's partial last wave along K over every slot
+    (measured on the H200 and left off: at 4096^3 handing a partial sum over cost more than the 0.12-wave tail it
+    removes). split_k: (with stream_k) where the items fit the slots at least twice, cut every item into the same
+    pieces instead (`split_k_slots`), so that all pieces start at once and the tiles sharing a panel of A or B read
+    each of its K-blocks together; stream-K's cut, one unit of equal length per slot, starts them at staggered
+    K-blocks. short_a_box: where M is shorter than a tile (and there is no cluster), TMA loads only the power of two
+    of rows that covers it (`short_a_rows`), not a whole tile_m-row box mostly of zero fill. clamp_a_box: (register
+    epilogue) a CTA whose rows run past M loads the last box of rows inside M instead (`HopperGemm.a_origin`) and
+    stores only its own rows of the result; None (the default) does so where M's last tile holds at most half a tile
+    of rows (`clamps_a_box`), True everywhere, False nowhere. trace: the separate build that stamps the global timer
+    around each row (`hopper_host.timeline`). pdl: launch as a programmatic dependent of the kernel before it in the
+    stream (PDL): the CTAs start, set up their barriers and prefetch their descriptors while that kernel drains, and
+    wait for it to finish (`griddepcontrol.wait`) before their first global access. Off by default: through the
+    launch cache's graphs it moved no shape's time by more than 5 % either way (an H100,
+    data/measured/nvidia_h100_80gb_hbm3/probes/pdl_a5c1543.csv). swap_ab: compute c^T = b^T a^T, so that our M runs
+    along WGMMA's N, whose size goes in steps of 8, and our N along its 64-row M: the tile is 128 rows of our N by
+    tile_n of our M, cuBLAS's plan where M is not a whole number of 128-row tiles (`gemm_kernels.hopper`, "Swapped
+    operands"). It needs the staged epilogue (c is written column-major by a transposing stmatrix), 128-row tiles,
+    tile_n a multiple of 32 up to 256 or 288 (three 96-wide WGMMAs), cluster_m 1, 2 or 4 (CTAs along our N sharing
+    each tile of our A), cluster_n 1, and plans uniform tiles only.
     """
     tile: tuple[int, int, int] = DEFAULT_TILE
     stages: int | None = None

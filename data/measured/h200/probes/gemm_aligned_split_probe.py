@@ -18,7 +18,8 @@ The second round (`library`), after `Options.split_k` and the rule's `split_k_in
 now runs it against the rule's pick as named and torch.matmul, at the four shapes above and three where the split
 cuts each item into quarters (16 items for 66 pair slots), which the first round did not time.
 
-    python gemm_aligned_split_probe.py OUT_DIR           (gemm_aligned_split_<commit>.csv, ncu_aligned_split_<commit>.txt)
+    python gemm_aligned_split_probe.py OUT_DIR           (gemm_aligned_split_<commit>.csv,
+                                                         ncu_aligned_split_<commit>.txt)
     python gemm_aligned_split_probe.py OUT_DIR library   (gemm_aligned_split_library_<commit>.csv)"""
 import dataclasses
 import os

@@ -9,8 +9,9 @@ few-tile K-heavy shapes: `nvidia_h100_80gb_hbm3/probes/ncu_kheavy_pairs.txt`, th
 cuBLAS) that is time. Which clusters' requests merge could depend on where they run: the block scheduler places
 clusters on GPCs in launch order, and a static walk (`one_wave`) gives cluster c row c of the work list. So the
 same build runs here with its rows in six orders: as planned (banded), row-major, column-major, random, and dealt
-round-robin in steps of 8 and 4 (an order equal to an earlier one at a shape is left out; rows c, c + G, c + 2G, ... taken from consecutive banded rows, so that clusters
-the scheduler puts side by side hold tiles that share operands, if it deals clusters out across the GPCs).
+round-robin in steps of 8 and 4 (rows c, c + G, c + 2G, ... taken from consecutive banded rows, so that clusters
+the scheduler puts side by side hold tiles that share operands, if it deals clusters out across the GPCs); an order
+equal to an earlier one at a shape is left out.
 Every order is checked exact on small integers, then timed taking turns (`probe_rows.timed_rows`, CUPTI GPU time,
 back to back and synchronised with 95 % intervals) against the planned order; a second process under ncu reads each
 order's L2 sectors and the coalescer's counters (one launch each).
@@ -29,7 +30,8 @@ pick at 1024 x 1024 x 8192 (its units handed to clusters in list order, as the o
 
     python gemm_placement_probe.py OUT_DIR            (gemm_placement_<commit>.csv, ncu_placement_<commit>.txt)
     python gemm_placement_probe.py OUT_DIR where      (gemm_placement_smid_<commit>.csv, ncu_placement_lrc_<commit>.txt)
-    python gemm_placement_probe.py OUT_DIR spread     (gemm_placement_spread_<commit>.csv, ncu_placement_spread_<commit>.txt)"""
+    python gemm_placement_probe.py OUT_DIR spread     (gemm_placement_spread_<commit>.csv,
+                                                       ncu_placement_spread_<commit>.txt)"""
 import dataclasses
 import os
 import subprocess
@@ -64,7 +66,8 @@ LRC_METRICS = ["gpu__time_duration.sum", "lts__t_sectors_srcunit_tex_op_read.sum
                "lrc__request_sectors_op_read_coalescing_achieved_type_programmatic.sum",
                "lrc__lts2lrc_sectors_op_read.sum", "lrc__lrc2xbar_sectors_op_read.sum",
                "lrc__lrc2xbar_sectors_op_read_coalescing_achieved_type_hardware.sum",
-               "lrc__xbar2gpc_sectors_op_read.sum", "lrc__xbar2gpc_sectors_op_read_coalescing_achieved_type_hardware.sum",
+               "lrc__xbar2gpc_sectors_op_read.sum",
+               "lrc__xbar2gpc_sectors_op_read_coalescing_achieved_type_hardware.sum",
                "lrc__xbar2gpc_sectors_op_read_coalescing_achieved_type_programmatic.sum"]
 WHERE_ORDERS = ("banded", "row-major")
 SPREAD_BUILDS = BUILDS + [(2048, 1024, 4096, "128 balanced cluster2"), (1024, 1024, 8192, "128 stream-k cluster2x2")]
