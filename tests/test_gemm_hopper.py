@@ -600,11 +600,10 @@ def test_autotune_runs_the_fastest_contender_and_times_each_shape_once(monkeypat
     assert torch.equal(hopper_host.gemm(a, b, autotune=True), want)
     first = len(timed)
     names = rule.contenders(M, N, K)       # every one of them takes this shape (test_gemm_rule runs them all)
-    # each as gemm(a, b) would run it (`one_wave`)
-    contenders = {hopper_host._prepare(M, N, K, a.get_device(),
-                                       hopper_options.one_wave(configs.HOPPER_CANDIDATES[n], M, N), a.dtype).cfg
-                  for n in names}
-    assert first == hopper_host.AUTOTUNE_ROUNDS * len(names) and set(timed) == contenders
+    # each as gemm(a, b) would run it (`rule.as_run`), a build two candidates share timed once
+    builds = {rule.as_run(configs.HOPPER_CANDIDATES[n], M, N, K) for n in names}
+    contenders = {hopper_host._prepare(M, N, K, a.get_device(), o, a.dtype).cfg for o in builds}
+    assert first == hopper_host.AUTOTUNE_ROUNDS * len(builds) and set(timed) == contenders
     assert torch.equal(hopper_host.gemm(a, b, autotune=True), want) and len(timed) == first
     assert hopper_host._tuned[M, N, K, a.get_device(), a.dtype].cfg in contenders
     hopper_host.clear_caches()
