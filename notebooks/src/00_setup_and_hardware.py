@@ -129,9 +129,11 @@ else:
 #    `workbook.launch`, to keep that small).
 # 2. **Kernel time back to back**: many launches between two events, no host sync in between: the GPU's time
 #    alone, which is what a kernel change moves, as long as the host issues calls faster than the GPU runs them.
-#    Where it does not (k-means at K = 512: a 15 us kernel, about 19 us of host per call), back to back measures
-#    the host, and a faster launch path is what moves it (a captured graph re-aimed at each new output,
-#    `workbook.launch`; `probes/host_pieces_kmeans_e3855c3.txt`, `probes/host_cost_kmeans_c60ba1f.txt`).
+#    Where it does not, back to back measures the host, and a faster launch path is what moves it (a captured
+#    graph re-aimed at each new output, `workbook.launch`). k-means at K = 512 sits on that edge: a 14.5 us
+#    kernel and 12.5 us of host per call on one H100 (an earlier H200 host took about 19), where back to back
+#    read the kernel plus about 1 us between launches, and the synchronised latency the kernel plus the host's 11
+#    (`nvidia_h100_80gb_hbm3/probes/kmeans_launch_gaps_4d519cf.csv`).
 #
 # Why not one number: the first is what a caller pays, but host time blurs a kernel change; the second resolves
 # the kernel but hides a slow launch path. And neither is stable over a run: the GPU clock drifts as the chip
