@@ -765,6 +765,24 @@ def test_split_k_cuts_every_item_into_the_same_pieces_which_start_together():
         hopper_options.Options(split_k=True)
 
 
+@pytest.mark.parametrize("M,N,K,pieces", [(1024, 1024, 8200, {(0, 64), (64, 65)}),
+                                          (512, 1024, 16576, {(0, 64), (64, 65), (129, 65), (194, 65)}),
+                                          (1000, 1000, 197, {(0, 2), (2, 2)})])
+def test_split_k_pieces_cover_every_k_block_of_every_item_once_where_k_does_not_divide(M, N, K, pieces):
+    split = configs.HOPPER_CANDIDATES["128 split-k cluster2"]
+    plan = hopper_options.plan_for(M, N, split, gpus.H200)
+    k_blocks = -(-K // hopper_options.TILE_K)
+    slots = hopper_options.split_k_slots(split, len(plan.items), plan.slots, k_blocks)
+    rows, _ = hopper_worklist.work_rows(plan.items, 16, slots, k_blocks, stream_k=True)
+    by_item = {}
+    for _, _, seg in _segments(rows):
+        by_item.setdefault(tuple(seg[:3]), []).append((seg[3], seg[4]))
+    assert len(by_item) == len(plan.items)
+    for cut in by_item.values():
+        assert set(cut) == pieces                                    # the same pieces for every item
+        assert sorted(k for start, n in cut for k in range(start, start + n)) == list(range(k_blocks))
+
+
 @pytest.mark.parametrize("M,N,K", [(4096, 4096, 4096), (1000, 1032, 520), (2560, 7168, 256), (2048, 5120, 1024)])
 def test_stream_k_rows_cover_every_k_block_once_and_only_wait_on_later_rows(M, N, K):
     plan = hopper_options.plan_for(M, N, gpu=gpus.H200, schedule="uniform", cluster_m=2)
