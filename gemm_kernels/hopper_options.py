@@ -329,11 +329,12 @@ def split_k_slots(options: Options, items: int, slots: int, k_blocks: int) -> in
     """How many slots a stream-K work list is cut for (`hopper_worklist.work_rows`): with `Options.split_k`, where
     the items fit the slots twice or more, pieces x items (`split_k_pieces`), so each item is cut into the same
     runs of K-blocks and every piece starts at once; else `slots` (the stream-K cut: equal units over every slot,
-    starting at staggered K-blocks). Measured on an H100 (probes/gemm_aligned_split_probe.py): 128 x 128 pairs at
-    1024 x 1024 x K cut into halves, 64 units for 66 pair slots, took 0.93 / 0.88 / 0.68 of the staggered 2 x 2
-    stream-K's GPU time at K = 8192 / 16384 / 32768 and 0.79 / 0.67 / 0.45 of the same pairs' staggered cut; at
-    K = 32768 it read 151 MB from DRAM (A and B are 134) where the staggered cuts read 394 (2 x 2) and 627
-    (pairs)."""
+    starting at staggered K-blocks, so tiles that share a panel of A or B read it at different times, each K-block
+    again from DRAM unless the L2 still holds it). Measured on an H100 (probes/gemm_aligned_split_probe.py): 128 x
+    128 pairs at 1024 x 1024 x K cut into halves, 64 units for 66 pair slots, took 0.79 / 0.67 / 0.45 of the same
+    pairs' staggered cut's GPU time at K = 8192 / 16384 / 32768; at K = 32768 they read 151 MB from DRAM (A and B
+    are 134) where the staggered cuts read 394 (2 x 2 clusters) and 627 (pairs). What it does in the rule's path:
+    `rule.split_k_instead`."""
     pieces = split_k_pieces(items, slots, k_blocks) if options.split_k else 1
     return pieces * items if pieces > 1 else slots
 

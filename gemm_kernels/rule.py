@@ -233,13 +233,11 @@ SPLIT_K_FILL = 7 / 8               # ... and the pieces keep at least this share
 def split_k_instead(options, M: int, N: int, K: int, gpu=None):
     """SPLIT_K (128 x 128 tiles in pairs along M, every item cut into the same pieces along K, all starting at once:
     `hopper_options.split_k_slots`) where `options` is a stream-K candidate and those pieces keep at least
-    SPLIT_K_FILL of the pair slots busy; else `options`. Stream-K's cut starts its units at staggered K-blocks, so
-    tiles that share a panel of A or B read it at different times, each K-block again from DRAM unless the L2 still
-    holds it; the pieces of a split read it together. On an H100 (probes/gemm_aligned_split_probe.py, 10
-    interleaved rounds), against the rule's `128 stream-k cluster2x2`, GPU time / back to back / synchronised:
-    1024 x 1024 x 8192 0.930 / 0.963 / 0.995, x 16384 0.880 / 0.929 / 0.973, x 32768 0.681 / 0.677 / 0.764, 512 x
-    2048 x 16384 0.847 / 0.859 / 0.932 (torch.matmul at 0.797-0.884 of the pick there: level with it at three of
-    the four)."""
+    SPLIT_K_FILL of the pair slots busy; else `options` (why the pieces beat stream-K's staggered units:
+    `hopper_options.split_k_slots`). On an H100 (probes/gemm_aligned_split_probe.py, 10 interleaved rounds),
+    against the rule's `128 stream-k cluster2x2`, GPU time / back to back / synchronised: 1024 x 1024 x 8192 0.930 /
+    0.963 / 0.995, x 16384 0.880 / 0.929 / 0.973, x 32768 0.681 / 0.677 / 0.764, 512 x 2048 x 16384 0.847 / 0.859 /
+    0.932 (torch.matmul at 0.797-0.884 of the pick there: level with it at three of the four)."""
     if not options.stream_k or options.swap_ab or options.split_k:
         return options
     split = configs.HOPPER_CANDIDATES[SPLIT_K]
