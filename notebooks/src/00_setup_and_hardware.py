@@ -131,8 +131,9 @@ else:
 #    alone, which is what a kernel change moves, as long as the host issues calls faster than the GPU runs them.
 #    Where it does not, back to back measures the host, and a faster launch path is what moves it (a captured
 #    graph re-aimed at each new output, `workbook.launch`). k-means at K = 512 sits on that edge: a 14.5 us
-#    kernel and 12.5 us of host per call on one H100 (an earlier H200 host took about 19), where back to back
-#    read the kernel plus about 1 us between launches, and the synchronised latency the kernel plus the host's 11
+#    kernel and 12.5 us of host per call on one H100 (an earlier H200 host took about 19,
+#    `probes/host_pieces_kmeans_e3855c3.txt`), where back to back read the kernel plus about 1 us between launches,
+#    and the synchronised latency the kernel plus the host's 11
 #    (`nvidia_h100_80gb_hbm3/probes/kmeans_launch_gaps_4d519cf.csv`).
 #
 # Why not one number: the first is what a caller pays, but host time blurs a kernel change; the second resolves
