@@ -1062,3 +1062,20 @@ def test_swap_ab_refuses_what_it_cannot_run(kw, match):
         hopper_options.Options(cluster_m=4)
     with pytest.raises(ValueError, match="64-column"):
         hopper_options.Options(tile=(128, 96, 64))      # 96 wide: swapped only (B's swizzle blocks are 64 wide)
+
+
+def test_leash_probe_builds_keep_the_library_k_loop(load_probe):
+    """The builds `probes/gemm_leash_probe.py` times (prepared, to run on a GPU): the library build as gemm(a, b) runs
+    it at 1024 x 2048 x 4096, its producer on a leash of 2 K-blocks. The consumers' WGMMAs and waits are the
+    library's (the leash is the producer's alone); the producer counts each chunk with a relaxed global reduction,
+    polls the count with strong loads, and the last producer to finish takes one atomic ticket and zeroes the
+    counts; no spills."""
+    probe = load_probe("gemm_leash_probe")
+    M, N, K, name = probe.BUILDS[0]
+    leashed = sass.histogram(probe.compile_leashed(M, N, K, name, 2, 1).sass)
+    library = sass.histogram(hopper_host.compile_gemm(M, N, K, probe.options_for(M, N, name)).sass)
+    for op in ("HGMMA.64x128x16.F32.BF16", "WARPGROUP.DEPBAR.LE"):
+        assert leashed[op] == library[op] > 0, (op, leashed[op], library[op])
+    assert leashed["REDG.E.ADD.S32.STRONG.GPU"] >= 1 and leashed["LDG.E.STRONG.GPU"] >= 2, leashed
+    assert leashed["ATOMG.E.ADD.STRONG.GPU"] == 1 and not library["REDG.E.ADD.S32.STRONG.GPU"], (leashed, library)
+    assert not any(op.startswith(("LDL", "STL")) for op in leashed), leashed
