@@ -12,7 +12,9 @@ cache's counts over the trace say which path the calls took (a graph replay, a d
 Each trace also counts the distinct output addresses its calls got, and the gaps' 10th and 90th percentiles show
 whether one trace mixes the two gaps.
 
-    python gemm_gap_state_probe.py OUT_DIR   (gemm_gap_state_<commit>.csv)"""
+    python gemm_gap_state_probe.py OUT_DIR         (gemm_gap_state_<commit>.csv)
+    python gemm_gap_state_probe.py OUT_DIR reaim   (gemm_gap_state_reaim_<commit>.csv): one input set, its graph
+        re-aimed every call at one of two given outputs, or at a new output kept alive (a new address each call)"""
 import dataclasses
 import statistics
 import sys
@@ -69,7 +71,28 @@ def without_graphs(M, N, K):
     return run, cache.counts
 
 
-def main(out_dir: str) -> None:
+def alternating(M, N):
+    """gemm(a, b) into one of two outputs in turn."""
+    pair, turn = [torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for _ in range(2)], [0]
+
+    def run(a, b):
+        turn[0] += 1
+        return gemm(a, b, out=pair[turn[0] % 2])
+    return run
+
+
+def keeping(keep=80):
+    """gemm(a, b) into a new output, the last `keep` kept alive so that each call's output has a new address."""
+    kept = []
+
+    def run(a, b):
+        kept.append(gemm(a, b))
+        del kept[:-keep]
+        return kept[-1]
+    return run
+
+
+def main(out_dir: str, part: str = "ways") -> None:
     g = torch.Generator(device="cuda").manual_seed(41)
     rows = []
     for M, N, K in SHAPES:
@@ -85,16 +108,21 @@ def main(out_dir: str) -> None:
                 ("new out, 1 set", gemm, sets[:1], counts),
                 ("out given, 1 set", lambda a, b: gemm(a, b, out=outs[id(a)]), sets[:1], counts),
                 ("no graphs", plain, sets, plain_counts), ("new out, 3 sets", gemm, sets, counts)]
+        if part == "reaim":   # one graph re-aimed at another output every call (register epilogue), or two graphs
+            ways = [("new out, 1 set", gemm, sets[:1], counts),
+                    ("out alternating, 1 set", alternating(M, N), sets[:1], counts),
+                    ("new out kept, 1 set", keeping(), sets[:1], counts),
+                    ("new out, 3 sets", gemm, sets, counts)]
         for turn, (way, fn, s, c) in enumerate(ways):
             for i in range(12):               # warm: past the capture of each set, whichever way it comes
                 fn(*s[i % len(s)])
             rows.append(dict(M=M, N=N, K=K, pick=rule.choose(M, N, K), turn=turn, way=way, **trace(fn, s, c)))
             print(rows[-1], flush=True)
-        df = records.write_probe(pd.DataFrame(rows), f"{out_dir}/gemm_gap_state_{records.provenance()['commit']}.csv")
+        df = records.write_probe(pd.DataFrame(rows), f"{out_dir}/gemm_gap_state{'_reaim' if part == 'reaim' else ''}_{records.provenance()['commit']}.csv")
     with pd.option_context("display.width", 250, "display.float_format", "{:.3g}".format):
         print(df[["M", "N", "K", "turn", "way", "kernel_us", "gap_us", "gap_p10_us", "gap_p90_us", "out_addresses",
                   "first", "captured", "replayed", "direct"]].to_string(index=False))
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])
