@@ -22,12 +22,12 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
 from gemm_kernels import gemm, hopper_host, rule  # noqa: E402
+from probe_rows import kernel_spans  # noqa: E402
 from workbook import launch, records  # noqa: E402
 
 SHAPES = [(4096, 2048, 1024), (128, 14336, 4096), (1024, 2048, 8192)]
@@ -40,17 +40,11 @@ def quantile(values, q):
 
 
 def trace(fn, sets, counts):
-    """One trace of CALLS calls back to back after a drained stream (the first five left out): the kernels' and
-    the gaps' readings, the launch cache's counts over it and the distinct output addresses."""
+    """One trace of CALLS calls back to back (`probe_rows.kernel_spans`): the kernels' and the gaps' readings, the
+    launch cache's counts over it and the distinct output addresses."""
     before = dict(counts)
     outs = set()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(CALLS):
-            outs.add(fn(*sets[i % len(sets)]).data_ptr())
-        torch.cuda.synchronize()
-    ks = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA)[5:]
+    ks = kernel_spans(lambda a, b: outs.add(fn(a, b).data_ptr()), sets, CALLS)
     gaps = [ks[i + 1][0] - ks[i][1] for i in range(len(ks) - 1)]
     return dict(kernel_us=statistics.median(e - s for s, e in ks), gap_us=statistics.median(gaps),
                 gap_p10_us=quantile(gaps, 0.1), gap_p90_us=quantile(gaps, 0.9), out_addresses=len(outs),

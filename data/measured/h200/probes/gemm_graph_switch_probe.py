@@ -25,7 +25,6 @@ from pathlib import Path
 import cuda.bindings.driver as cuda
 import pandas as pd
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
@@ -33,20 +32,15 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 from host_cost import host_us  # noqa: E402
 
 from gemm_kernels import gemm, hopper_host, rule  # noqa: E402
+from probe_rows import kernel_spans  # noqa: E402
 from workbook import launch, records, timing  # noqa: E402
 
 SHAPES = [(4096, 2048, 1024), (128, 14336, 4096), (1024, 2048, 8192), (256, 8192, 4096)]
 
 
 def trace(fn, sets, calls=60):
-    """Kernel and gap medians (us) over `calls` calls back to back, the first five left out."""
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(calls):
-            fn(*sets[i % len(sets)])
-        torch.cuda.synchronize()
-    ks = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA)[5:]
+    """Kernel and gap medians (us) over `calls` calls back to back (`probe_rows.kernel_spans`)."""
+    ks = kernel_spans(fn, sets, calls)
     return dict(kernel_us=statistics.median(e - s for s, e in ks),
                 gap_us=statistics.median(ks[i + 1][0] - ks[i][1] for i in range(len(ks) - 1)))
 

@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pandas as pd
 import torch
-from torch.profiler import ProfilerActivity, profile
 
 ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
 from gemm_kernels import gemm, rule, sweep  # noqa: E402
+from probe_rows import kernel_spans  # noqa: E402
 from workbook import records, timing  # noqa: E402
 
 # one per class where the gap differs most, with GPU times of 25-150 us on the H200
@@ -34,18 +34,11 @@ SHAPES = [(1536, 1024, 8192), (3072, 1024, 24576), (1024, 2048, 8192), (4096, 20
 
 
 def trace(fn, sets, calls=60):
-    """Over `calls` calls back to back after a drained stream (the first five left out: the queue filling): the
-    kernels' median duration, the median idle gap between consecutive kernels (negative where one starts before
-    the one before ends), and the share of such overlaps."""
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for i in range(calls):
-            fn(*sets[i % len(sets)])
-        torch.cuda.synchronize()
-    ks = sorted((e.time_range.start, e.time_range.end) for e in prof.events()
-                if e.device_type == torch.autograd.DeviceType.CUDA)
-    assert len(ks) == calls, f"{len(ks)} kernels for {calls} calls"
-    ks = ks[5:]
+    """Over `calls` calls back to back (`probe_rows.kernel_spans`): the kernels' median duration, the median idle
+    gap between consecutive kernels (negative where one starts before the one before ends), and the share of such
+    overlaps."""
+    ks = kernel_spans(fn, sets, calls)
+    assert len(ks) == calls - 5, f"{len(ks) + 5} kernels for {calls} calls"
     gaps = [ks[i + 1][0] - ks[i][1] for i in range(len(ks) - 1)]
     return dict(b2b_kernel_us=statistics.median(end - start for start, end in ks),
                 gap_us=statistics.median(gaps), overlaps=sum(g < 0 for g in gaps) / len(gaps),

@@ -3,9 +3,11 @@
     rows = timed_rows(fns, sets, "base", 8, against={"b2": "b1"}, N=N)     # b2's ratios to b1's, the rest to base's
     save(rows, f"{out_dir}/name.csv")                                         # a DataFrame, provenance columns added
     rows = gemm_rows(M, N, K, {"name": options}, generator, rounds=8)       # GEMM options against the rule's pick
-    rows = gemm_rows(M, N, K, {"name": options}, generator, 6, with_pick=False, varied="K")   # ... against torch"""
+    rows = gemm_rows(M, N, K, {"name": options}, generator, 6, with_pick=False, varied="K")   # ... against torch
+    spans = kernel_spans(fn, sets, calls=60)                  # each kernel's (start, end) in us, back to back (CUPTI)"""
 import pandas as pd
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from gemm_kernels import gemm, rule, sweep
 from workbook import records, timing
@@ -50,6 +52,18 @@ def gemm_rows(M, N, K, options, generator, rounds, input_sets=3, with_pick=True,
             out = fn(*ints)
             assert torch.equal(out, want), (M, N, K, f, (out != want).sum().item())
     return timed_rows(fns, sets, baseline, rounds, M=M, N=N, K=K, **fields)
+
+
+def kernel_spans(fn, sets, calls=60, skip=5):
+    """(start, end) in us of each kernel of `calls` calls of fn on `sets` in turn, launched back to back after a
+    drained stream (one CUPTI trace), in start order; the first `skip` left out (the queue filling)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for i in range(calls):
+            fn(*sets[i % len(sets)])
+        torch.cuda.synchronize()
+    return sorted((e.time_range.start, e.time_range.end) for e in prof.events()
+                  if e.device_type == torch.autograd.DeviceType.CUDA)[skip:]
 
 
 def save(rows, path):
