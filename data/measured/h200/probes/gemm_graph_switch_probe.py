@@ -88,10 +88,11 @@ def one_graph(call, outs, sets):
     shared, current = graphs[0], [None]
     stream = launch.stream_handle(0)
 
-    def swap(a, b):
+    def swap(a, b, cache=call.launches):     # the cache kept alive: it destroys its graphs when it goes
         g = by_set[id(a)]
         if g is not current[0]:
-            launch._check(cuda.cuGraphExecKernelNodeSetParams(shared.exec, shared.node, g.params),
+            shared.params.kernelParams = g.params.kernelParams     # the set's parameter block, the rest the graph's
+            launch._check(cuda.cuGraphExecKernelNodeSetParams(shared.exec, shared.node, shared.params),
                           "cuGraphExecKernelNodeSetParams")
             current[0] = g
         launch.graph_launch(shared.exec, stream)
