@@ -269,7 +269,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
         raise ValueError("autotune=True chooses the options itself: give options (or their fields) or autotune, "
                          "not both")
     M, N, K, device = _operands(a, b)
-    if out is not None:
+    if out is not None and not _fits_out(out, a.dtype, M, N, device):
         check_operand("out", out, DTYPES)
         if out.dtype != a.dtype:
             raise ValueError(f"out must have the operands' dtype {a.dtype}, got {out.dtype}")
@@ -287,6 +287,14 @@ def gemm(a: torch.Tensor, b: torch.Tensor, options: Options | None = None, *, ou
     with launch.on_device(device):
         _launch(call, a, b, out, launch.stream_handle(device))
     return out
+
+
+def _fits_out(out, dtype: torch.dtype, M: int, N: int, device: int) -> bool:
+    """True only where a given `out` passes every check `gemm` makes of it (a contiguous [M, N] tensor of the
+    operands' dtype on their device, on a 16-byte boundary), in a few attribute reads: the named checks run only
+    where it is False (a plain tensor only; a subclass takes them too)."""
+    return (type(out) is torch.Tensor and out.dtype is dtype and out.shape == (M, N) and out.is_contiguous()
+            and not out.data_ptr() & 15 and out.get_device() == device)
 
 
 def _launch(call: _Call, a: torch.Tensor, b: torch.Tensor, out: torch.Tensor, stream: int) -> None:

@@ -138,6 +138,20 @@ def test_gemm_refuses_mixed_dtypes_and_an_out_of_another_dtype(monkeypatch):
         hopper_host.gemm(a16, a16, out=abf)
 
 
+def test_a_given_out_skips_the_named_checks_only_where_they_would_all_pass():
+    """`_fits_out`, the given output's fast path: True for a plain contiguous [M, N] tensor of the dtype on the
+    device, starting on 16 bytes; False for each way one check would fail (and for a subclass), so that those
+    calls take the named checks. On the CPU, whose tensors report device -1."""
+    M, N, bf16 = 64, 32, torch.bfloat16
+    out = torch.empty(M, N, dtype=bf16)
+    assert hopper_host._fits_out(out, bf16, M, N, -1)
+    shifted = torch.empty(M * N + 8, dtype=bf16)[1:M * N + 1].view(M, N)      # 2 bytes past a boundary
+    for bad in (out.half(), torch.empty(M, N + 8, dtype=bf16), torch.empty(N, M, dtype=bf16).t(), shifted,
+                torch.nn.Parameter(out, requires_grad=False)):
+        assert not hopper_host._fits_out(bad, bf16, M, N, -1), (bad.dtype, bad.shape, bad.stride(), type(bad))
+    assert not hopper_host._fits_out(out, bf16, M, N, 0)
+
+
 def test_register_epilogue_stores_128_bits_from_registers():
     art = compiled(4096, 4096, 4096, **REGISTER)
     hist = opcodes(art)
