@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 from host_cost import host_us  # noqa: E402
 
 from gemm_kernels import gemm, hopper_host, rule  # noqa: E402
-from probe_rows import kernel_spans  # noqa: E402
+from probe_rows import gemm_sets, kernel_spans, timing_columns  # noqa: E402
 from workbook import launch, records, timing  # noqa: E402
 
 SHAPES = [(4096, 2048, 1024), (128, 14336, 4096), (1024, 2048, 8192), (256, 8192, 4096)]
@@ -104,15 +104,14 @@ def main(out_dir: str) -> None:
     g = torch.Generator(device="cuda").manual_seed(43)
     rows = []
     for M, N, K in SHAPES:
-        sets = [(torch.randn(M, K, device="cuda", generator=g).bfloat16(),
-                 torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(3)]
+        sets = gemm_sets(M, N, K, g)
         outs = {id(a): torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for a, _ in sets}
         fns = {"per-set graphs": lambda a, b: gemm(a, b, out=outs[id(a)]),
                "per-set graphs, uploaded": uploading(own_call(M, N, K), outs),
                "one graph, parameters set": one_graph(own_call(M, N, K), outs, sets),
                "no graphs": launcher(own_call(M, N, K, graphs=False), outs),
                "torch.matmul": torch.matmul}
-        for f, fn in fns.items():           # each exact against torch on every set, past the captures
+        for f, fn in fns.items():           # each equal to gemm(a, b) on every set, past the captures
             for _ in range(launch.CAPTURE_AFTER + 2):
                 for a, b in sets:
                     fn(a, b)
@@ -124,10 +123,7 @@ def main(out_dir: str) -> None:
             row = dict(M=M, N=N, K=K, pick=rule.choose(M, N, K), way=f, **trace(fn, sets),
                        host_us=host_us(lambda fn=fn, turn=itertools.cycle(sets): fn(*next(turn)), chunks=20,
                                        per_chunk=21))
-            for t in (timing.LATENCY, timing.KERNEL):
-                r = cmp.ratio(f, t)
-                row.update({f"{t}_us": 1e3 * cmp.timing(f, t).ms_median, t: r.value, f"{t}_lo": r.lo,
-                            f"{t}_hi": r.hi})
+            row.update(timing_columns(cmp, f))
             rows.append(row)
         df = records.write_probe(pd.DataFrame(rows), f"{out_dir}/gemm_graph_switch_{records.provenance()['commit']}.csv")
         print(M, N, K, flush=True)

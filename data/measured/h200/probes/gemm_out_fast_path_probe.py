@@ -18,6 +18,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 from host_cost import host_us  # noqa: E402
 
 from gemm_kernels import gemm, hopper_host  # noqa: E402
+from probe_rows import gemm_sets, timing_columns  # noqa: E402
 from workbook import records, timing  # noqa: E402
 
 SHAPES = [(1024, 1024, 1024), (4096, 2048, 1024)]
@@ -36,8 +37,7 @@ def main(out_dir: str) -> None:
     g = torch.Generator(device="cuda").manual_seed(47)
     rows = []
     for M, N, K in SHAPES:
-        sets = [(torch.randn(M, K, device="cuda", generator=g).bfloat16(),
-                 torch.randn(K, N, device="cuda", generator=g).bfloat16()) for _ in range(3)]
+        sets = gemm_sets(M, N, K, g)
         outs = {id(a): torch.empty(M, N, dtype=torch.bfloat16, device="cuda") for a, _ in sets}
         fns = {"out=, fast path": lambda a, b: gemm(a, b, out=outs[id(a)]),
                "out=, named checks": lambda a, b: named_checks(a, b, outs[id(a)]),
@@ -50,10 +50,7 @@ def main(out_dir: str) -> None:
             row = dict(M=M, N=N, K=K, contender=f,
                        host_us=host_us(lambda fn=fn, turn=itertools.cycle(sets): fn(*next(turn)), chunks=20,
                                        per_chunk=21))
-            for t in (timing.LATENCY, timing.KERNEL):
-                r = cmp.ratio(f, t)
-                row.update({f"{t}_us": 1e3 * cmp.timing(f, t).ms_median, t: r.value, f"{t}_lo": r.lo,
-                            f"{t}_hi": r.hi})
+            row.update(timing_columns(cmp, f))
             rows.append(row)
         df = records.write_probe(pd.DataFrame(rows), f"{out_dir}/gemm_out_fast_path_{records.provenance()['commit']}.csv")
     with pd.option_context("display.width", 250, "display.float_format", "{:.3g}".format):

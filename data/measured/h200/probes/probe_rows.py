@@ -4,7 +4,9 @@
     save(rows, f"{out_dir}/name.csv")                                         # a DataFrame, provenance columns added
     rows = gemm_rows(M, N, K, {"name": options}, generator, rounds=8)       # GEMM options against the rule's pick
     rows = gemm_rows(M, N, K, {"name": options}, generator, 6, with_pick=False, varied="K")   # ... against torch
-    spans = kernel_spans(fn, sets, calls=60)                  # each kernel's (start, end) in us, back to back (CUPTI)"""
+    spans = kernel_spans(fn, sets, calls=60)                  # each kernel's (start, end) in us, back to back (CUPTI)
+    sets = gemm_sets(M, N, K, generator)                      # three random bf16 (a, b) pairs
+    row.update(timing_columns(cmp, name))                     # a timing.compare's readings of one contender"""
 import pandas as pd
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -64,6 +66,22 @@ def kernel_spans(fn, sets, calls=60, skip=5):
         torch.cuda.synchronize()
     return sorted((e.time_range.start, e.time_range.end) for e in prof.events()
                   if e.device_type == torch.autograd.DeviceType.CUDA)[skip:]
+
+
+def gemm_sets(M, N, K, generator, count=3):
+    """`count` random bf16 operand pairs (a [M, K], b [K, N]) on the GPU, drawn a then b."""
+    return [(torch.randn(M, K, device="cuda", generator=generator).bfloat16(),
+             torch.randn(K, N, device="cuda", generator=generator).bfloat16()) for _ in range(count)]
+
+
+def timing_columns(cmp, name):
+    """Both timings of `name` in a `timing.compare`: its median (us) and its ratio to the baseline with the 95 %
+    interval, as columns `<timing>_us`, `<timing>`, `<timing>_lo`, `<timing>_hi`."""
+    columns = {}
+    for t in (timing.LATENCY, timing.KERNEL):
+        r = cmp.ratio(name, t)
+        columns.update({f"{t}_us": 1e3 * cmp.timing(name, t).ms_median, t: r.value, f"{t}_lo": r.lo, f"{t}_hi": r.hi})
+    return columns
 
 
 def save(rows, path):
