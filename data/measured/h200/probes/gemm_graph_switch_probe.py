@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 from host_cost import host_us  # noqa: E402
 
 from gemm_kernels import gemm, hopper_host, rule  # noqa: E402
-from probe_rows import gemm_sets, kernel_spans, timing_columns  # noqa: E402
+from probe_rows import as_one_graph, gemm_sets, kernel_spans, timing_columns  # noqa: E402
 from workbook import launch, records, timing  # noqa: E402
 
 SHAPES = [(4096, 2048, 1024), (128, 14336, 4096), (1024, 2048, 8192), (256, 8192, 4096)]
@@ -85,17 +85,10 @@ def one_graph(call, outs, sets):
     graphs = list(call.launches._graphed.values())
     assert len(graphs) == len(sets) and all(isinstance(g, launch.Reaimable) for g in graphs), graphs
     by_set = {id(a): g for (a, _), g in zip(sets, graphs)}
-    shared, current = graphs[0], [None]
-    stream = launch.stream_handle(0)
+    launch_as = as_one_graph(graphs, launch.stream_handle(0))
 
-    def swap(a, b, cache=call.launches):     # the cache kept alive: it destroys its graphs when it goes
-        g = by_set[id(a)]
-        if g is not current[0]:
-            shared.params.kernelParams = g.params.kernelParams     # the set's parameter block, the rest the graph's
-            launch._check(cuda.cuGraphExecKernelNodeSetParams(shared.exec, shared.node, shared.params),
-                          "cuGraphExecKernelNodeSetParams")
-            current[0] = g
-        launch.graph_launch(shared.exec, stream)
+    def swap(a, b, cache=call.launches):     # the cache kept alive: it holds the compiled module the graphs run
+        launch_as(by_set[id(a)])
         return outs[id(a)]
     return swap
 

@@ -31,7 +31,7 @@ from host_cost import host_us  # noqa: E402
 
 import kmeans_kernels  # noqa: E402
 from kmeans_kernels import bench, hopper  # noqa: E402
-from probe_rows import kernel_spans, timing_columns  # noqa: E402
+from probe_rows import as_one_graph, kernel_spans, timing_columns  # noqa: E402
 from workbook import launch, records, timing  # noqa: E402
 
 SHAPES = [(65536, 64, 512), (65536, 128, 512), (65536, 256, 512), (65536, 128, 4096)]
@@ -51,16 +51,10 @@ def one_graph(variant, N, D, K, sets, outs):
     assert len(by_x) == len(sets) and all(isinstance(g, launch.Reaimable) for g in by_x.values()), by_x
     for x, c, c_sq in sets:         # every graph aimed at its set's c_sq and output
         by_x[x.data_ptr()].aim((c_sq.data_ptr(), outs[id(x)].data_ptr()))
-    shared, current = next(iter(by_x.values())), [None]
+    launch_as = as_one_graph(list(by_x.values()), stream)
 
-    def swap(x, c, c_sq, cache=cache):      # the cache kept alive: its compiled module holds the graphs' kernel
-        g = by_x[x.data_ptr()]
-        if g is not current[0]:
-            shared.params.kernelParams = g.params.kernelParams
-            launch._check(cuda.cuGraphExecKernelNodeSetParams(shared.exec, shared.node, shared.params),
-                          "cuGraphExecKernelNodeSetParams")
-            current[0] = g
-        launch.graph_launch(shared.exec, stream)
+    def swap(x, c, c_sq, cache=cache):      # the cache kept alive: it holds the compiled module the graphs run
+        launch_as(by_x[x.data_ptr()])
         return outs[id(x)]
     return swap
 
