@@ -1,7 +1,10 @@
 """workbook.ncu: metric tables of an `ncu --metrics` text report, paired with the probe's `profiled:` lines."""
+import os
+import sys
+
 import pytest
 
-from workbook import ncu, records
+from workbook import ROOT, ncu, records
 
 REPORT = """==PROF== Connected to process 1
 profiled: 4096^3 torch
@@ -82,3 +85,26 @@ def test_the_recorded_source_pages_say_where_a_kmeans_warp_waits(load_probe):
         assert "BAR.SYNC" in df.Source[first - 4:first].str.cat() and df.opcode[first] == "WARPSYNC.ALL"
         assert df.opcode[second] == "WARPGROUP.DEPBAR.LE"
         assert 0.10 < df[probe.SAMPLES][[first, second]].mean() / total < 0.16
+
+
+def test_run_child_runs_the_script_under_ncu_with_graphs_off_and_this_tree_first(tmp_path, monkeypatch):
+    """`run_child`'s command and environment, through a stand-in for ncu that prints what it was given: the metrics,
+    profiling from the child's window only at the clocks as they run, then the script and its arguments; launch
+    graphs off (one kernel per call, as ncu reports them) and this tree first on the child's path; the header, then
+    ncu's output, in the report."""
+    fake = tmp_path / "ncu"
+    fake.write_text('#!/bin/sh\necho "args: $*"\necho "graphs: $WORKBOOK_LAUNCH_GRAPHS"\necho "path: $PYTHONPATH"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PYTHONPATH", "/elsewhere")
+    out = tmp_path / "report.txt"
+    run = ncu.run_child("probe.py", ["--inside", "2"], ["a.sum", "b.sum"], out, ncu=str(fake))
+    lines = out.read_text().splitlines()
+    assert run.returncode == 0
+    assert lines[0] == f"# {fake} --clock-control none --profile-from-start off --metrics a.sum,b.sum"
+    args = lines[1].split()
+    assert args[1:8] == ["--clock-control", "none", "--profile-from-start", "off", "--metrics", "a.sum,b.sum",
+                         sys.executable]
+    assert args[8].endswith("/probe.py") and args[9:] == ["--inside", "2"]
+    assert lines[2] == "graphs: 0" and lines[3] == f"path: {ROOT}{os.pathsep}/elsewhere"
+    ncu.run_child("probe.py", [], ["a.sum"], out, ncu=str(fake), header="# mine\n")
+    assert out.read_text().startswith("# mine\nargs: ")

@@ -23,7 +23,6 @@ About a minute on an H200 (compiles included).
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -91,18 +90,8 @@ def contenders(M: int, N: int, K: int, candidates=()):
 
 def profile(M: int, N: int, K: int, candidates=()) -> None:
     """The child: compile and warm up everything, then one call of each contender inside the profiler window."""
-    import torch
-    runs = contenders(M, N, K, candidates)
-    for _ in range(3):
-        for _, fn in runs:
-            fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for name, fn in runs:
-        print(f"profiled: {M}x{N}x{K} {name}", file=sys.stderr, flush=True)
-        fn()
-        torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    from workbook import ncu
+    ncu.profile_each([(f"{M}x{N}x{K} {name}", fn) for name, fn in contenders(M, N, K, candidates)])
 
 
 def main(argv=None):
@@ -118,20 +107,15 @@ def main(argv=None):
     if args.inside:
         return profile(*args.shape, candidates=args.candidates)
     metrics, dropped = known_metrics(args.ncu)
-    # plain launches, one kernel each; the child imports this tree first, then whatever the caller could
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = [args.ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
-           sys.executable, str(Path(__file__).resolve()), "--inside", "--shape", "x".join(map(str, args.shape)),
-           *(["--candidates", *args.candidates] if args.candidates else [])]
+    from workbook import ncu
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    with args.out.open("w") as f:
-        f.write(f"# {' '.join(cmd[:6])} <metrics> ...\n# metrics this ncu does not know, dropped: {dropped or 'none'}\n")
-        f.flush()
-        run = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    header = (f"# {args.ncu} --clock-control none --profile-from-start off --metrics <metrics> ...\n"
+              f"# metrics this ncu does not know, dropped: {dropped or 'none'}\n")
+    run = ncu.run_child(__file__, ["--inside", "--shape", "x".join(map(str, args.shape)),
+                                   *(["--candidates", *args.candidates] if args.candidates else [])],
+                        metrics, args.out, ncu=args.ncu, header=header)
     if run.returncode != 0:
         raise SystemExit(f"ncu exited with {run.returncode}; its output is in {args.out}")
-    from workbook import ncu
     import pandas as pd
     table = ncu.read(args.out).set_index("contender").drop(columns=["kernel"]).T
     with pd.option_context("display.width", 200, "display.max_columns", 20, "display.float_format", "{:.3g}".format):

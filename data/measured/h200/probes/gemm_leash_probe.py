@@ -21,7 +21,6 @@ process under ncu reads each one's L2 sectors and the coalescer's counters (one 
     python gemm_leash_probe.py OUT_DIR     (gemm_leash_<commit>.csv, ncu_leash_<commit>.txt)"""
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ from cutlass.cute.runtime import make_fake_stream  # noqa: E402
 
 from gemm_kernels import configs, gemm, hopper_host, hopper_options  # noqa: E402
 from gemm_kernels.hopper import HopperGemm  # noqa: E402
-from workbook import launch  # noqa: E402
+from workbook import launch, ncu  # noqa: E402
 
 # (M, N, K, candidate): shapes where one wave of one-item clusters runs behind cuBLAS (the placement probe's)
 BUILDS = [(1024, 2048, 4096, "128 balanced cluster2"), (1024, 1024, 8192, "64 uniform cluster2n")]
@@ -182,27 +181,11 @@ def profile() -> None:
         b = torch.randn(K, N, device="cuda").bfloat16()
         runs += [(f, lambda fn=fn, a=a, b=b: fn(a, b)) for f, fn in contenders(M, N, K, name).items()]
         runs.append((f"{M}x{N}x{K} torch.matmul", lambda a=a, b=b: torch.matmul(a, b)))
-    for _ in range(3):
-        for _, fn in runs:
-            fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for f, fn in runs:
-        print(f"profiled: {f}", file=sys.stderr, flush=True)
-        fn()
-        torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    ncu.profile_each(runs)
 
 
 def under_ncu(out: Path) -> None:
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
-           sys.executable, str(Path(__file__).resolve()), "--inside"]
-    with out.open("w") as f:
-        f.write(f"# ncu --clock-control none --profile-from-start off --metrics {','.join(METRICS)}\n")
-        f.flush()
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False, timeout=240)
+    ncu.run_child(__file__, ["--inside"], METRICS, out, timeout=240)
 
 
 def main(out_dir: str) -> None:
@@ -223,7 +206,6 @@ def main(out_dir: str) -> None:
         rows += timed_rows(fns, sets, f"{M}x{N}x{K} {name}", 10, M=M, N=N, K=K, candidate=name)
         save(rows, f"{out_dir}/gemm_leash_{commit}.csv")
     under_ncu(Path(out_dir) / f"ncu_leash_{commit}.txt")
-    from workbook import ncu
     import pandas as pd
     table = ncu.read(Path(out_dir) / f"ncu_leash_{commit}.txt")
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
