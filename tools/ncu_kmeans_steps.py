@@ -16,7 +16,6 @@ sections. About a minute on the H200, most of it compiling.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -64,20 +63,12 @@ def _run_variant(variant, x, c, c_sq):
 
 
 def child(shapes, variants) -> None:
-    import torch
     from kmeans_kernels import bench
+    from workbook import ncu
     contenders = _contenders(shapes, variants)
     inputs = {shape: bench.input_sets(*shape)[0] for shape in {s for _, s, _ in contenders}}
-    for _ in range(2):
-        for _, shape, call in contenders:
-            call(*inputs[shape])
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for name, (N, D, K), call in contenders:
-        print(f"profiled: {name} {N}x{D}x{K}", file=sys.stderr, flush=True)
-        call(*inputs[N, D, K])
-        torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    ncu.profile_each([(f"{name} {N}x{D}x{K}", lambda call=call, i=inputs[N, D, K]: call(*i))
+                      for name, (N, D, K), call in contenders], warmup=2)
 
 
 def known_metrics(ncu: str, wanted) -> list[str]:
@@ -105,35 +96,28 @@ def main(argv=None) -> int:
     if args.child:
         child(shapes, variants)
         return 0
-    ncu = shutil.which("ncu")
-    if ncu is None:
+    ncu_bin = shutil.which("ncu")
+    if ncu_bin is None:
         print("ncu (Nsight Compute) is not on PATH: run this on the GPU machine")
         return 2
     from kmeans_kernels.steps import evidence
-    from workbook import records
+    from workbook import ncu, records
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    program = [sys.executable, str(Path(__file__).resolve()), "--child", "--shape", *args.shape,
-               "--variants", args.variants]
+    program = ["--child", "--shape", *args.shape, "--variants", args.variants]
     wanted = list(evidence.METRICS) + (list(VARIANT_METRICS) if variants else [])
     minimal = ["gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second",
                "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_elapsed"]
     # every metric; else those this ncu lists; else the ones known to work here plus the warp-state and
     # scheduler sections (human-readable lines: the report is kept, the table below may then be short)
-    attempts = [(wanted, []), (known_metrics(ncu, wanted), []),
+    attempts = [(wanted, []), (known_metrics(ncu_bin, wanted), []),
                 (minimal, ["--section", "WarpStateStats", "--section", "SchedulerStats"])]
     prov = records.provenance()
     for metrics, sections in attempts:
-        cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
-               *sections, *program]
-        with args.out.open("w") as f:
-            what = f"variants {args.variants}" if variants else "steps"
-            f.write(f"# ncu of the k-means {what} at {' '.join(args.shape)}: commit {prov['commit']}, {prov['date']}, "
-                    f"{prov['gpu']}; metrics: {len(metrics)} of {len(wanted)}"
-                    f"{'; sections ' + ' '.join(sections[1::2]) if sections else ''}\n")
-            f.flush()
-            run = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        what = f"variants {args.variants}" if variants else "steps"
+        header = (f"# ncu of the k-means {what} at {' '.join(args.shape)}: commit {prov['commit']}, {prov['date']}, "
+                  f"{prov['gpu']}; metrics: {len(metrics)} of {len(wanted)}"
+                  f"{'; sections ' + ' '.join(sections[1::2]) if sections else ''}\n")
+        run = ncu.run_child(__file__, program, metrics, args.out, ncu=ncu_bin, ncu_args=sections, header=header)
         if run.returncode == 0:
             break
         print(f"ncu failed ({run.returncode}) with {len(metrics)} metrics; trying fewer", flush=True)

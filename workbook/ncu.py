@@ -6,9 +6,8 @@
     ncu.run_child(script, ["--inside"], metrics, out)   # `python script --inside` under ncu, its report into out
     ncu.profile_each([(what, fn), ...])                  # in that child: one launch of each in the profiler window
 
-The profiling scripts (`tools/ncu_*_steps.py`, and the one that wrote data/measured/h200/probes/ncu_*.txt)
-print `profiled: <what>` to stderr before each kernel they profile, in the order ncu then reports them; `read`
-pairs the two lists. A file whose counts differ is refused, so a number is never attached to the wrong
+The profiled child (`profile_each`, in `tools/ncu_*_steps.py` and the probes) prints `profiled: <what>` to stderr
+before each kernel it profiles, in the order ncu then reports them; `read` pairs the two lists. A file whose counts differ is refused, so a number is never attached to the wrong
 contender.
 """
 from __future__ import annotations
@@ -46,12 +45,13 @@ def read(path) -> pd.DataFrame:
     return pd.DataFrame([{"contender": c, **k} for c, k in zip(contenders, kernels)])
 
 
-def run_child(script, args, metrics, out, *, ncu: str = "ncu", header: str | None = None,
+def run_child(script, args, metrics, out, *, ncu: str = "ncu", ncu_args=(), header: str | None = None,
               timeout: float | None = None) -> subprocess.CompletedProcess:
-    """`python script *args` under ncu with `metrics`, profiling only inside the child's profiler window
-    (`profile_each`), the GPU clocks as they run; its report goes to `out` after `header` (by default the command
-    with its metrics). The child launches one kernel per call (no graphs) and imports this tree first."""
-    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
+    """`python script *args` under ncu with `metrics` (and `ncu_args`, sections say), profiling only inside the
+    child's profiler window (`profile_each`), the GPU clocks as they run; its report goes to `out` after `header`
+    (by default the command with its metrics). The child launches one kernel per call (no graphs) and imports this
+    tree first."""
+    cmd = [ncu, "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics), *ncu_args,
            sys.executable, str(Path(script).resolve()), *args]
     env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

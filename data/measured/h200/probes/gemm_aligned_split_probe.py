@@ -23,7 +23,6 @@ cuts each item into quarters (16 items for 66 pair slots), which the first round
     python gemm_aligned_split_probe.py OUT_DIR library   (gemm_aligned_split_library_<commit>.csv)"""
 import dataclasses
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -34,6 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from gemm_kernels import configs, hopper_host, hopper_options, rule  # noqa: E402
 from gemm_kernels.hopper_worklist import band_rows_for, work_rows  # noqa: E402
+from workbook import ncu  # noqa: E402
 
 SHAPES = [(1024, 1024, 8192), (1024, 1024, 16384), (1024, 1024, 32768), (512, 2048, 16384)]
 PAIRS = "128 stream-k cluster2"
@@ -78,17 +78,8 @@ def profile() -> None:
     M, N, K = 1024, 1024, 32768
     a = torch.randn(M, K, device="cuda").bfloat16()
     b = torch.randn(K, N, device="cuda").bfloat16()
-    runs = list(contenders(M, N, K).items())
-    for _ in range(2):
-        for _, fn in runs:
-            fn(a, b)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for name, fn in runs:
-        print(f"profiled: {M}x{N}x{K} {name}", file=sys.stderr, flush=True)
-        fn(a, b)
-        torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    ncu.profile_each([(f"{M}x{N}x{K} {name}", lambda fn=fn: fn(a, b)) for name, fn in contenders(M, N, K).items()],
+                     warmup=2)
 
 
 LIBRARY_SHAPES = SHAPES + [(512, 1024, 16384), (1024, 512, 16384), (256, 2048, 16384)]
@@ -124,15 +115,7 @@ def main(out_dir: str, part: str = "first") -> None:
     if part == "library":
         return
     out = Path(out_dir) / f"ncu_aligned_split_{commit}.txt"
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
-           sys.executable, str(Path(__file__).resolve()), "--inside"]
-    with out.open("w") as f:
-        f.write(f"# ncu --clock-control none --profile-from-start off --metrics {','.join(METRICS)}\n")
-        f.flush()
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False)
-    from workbook import ncu
+    ncu.run_child(__file__, ["--inside"], METRICS, out)
     import pandas as pd
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
         print(ncu.read(out).drop(columns=["kernel"]).set_index("contender").to_string())

@@ -10,11 +10,14 @@ tables, for both kernels at 1024 x 2048 x 4096.
 
     python gemm_l2_sectors_probe.py OUT_DIR   (its report: ncu_l2_sectors_<commit>.txt)"""
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[4]
+sys.path.insert(0, str(ROOT))
+
+from workbook import ncu  # noqa: E402
+
 METRICS = (
     "gpu__time_duration.sum", "sm__cycles_elapsed.avg.per_second", "dram__bytes_read.sum",
     "lts__t_sectors.sum", "lts__t_requests.sum",
@@ -29,15 +32,11 @@ METRICS = (
 def main(out_dir: str) -> None:
     commit = os.environ.get("WORKBOOK_COMMIT", "local")
     out = Path(out_dir) / f"ncu_l2_sectors_{commit}.txt"
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(METRICS),
-           "--section", "MemoryWorkloadAnalysis_Tables", sys.executable, str(ROOT / "tools" / "ncu_gemm_steps.py"),
-           "--inside", "--shape", "1024x2048x4096", "--candidates", "128 balanced cluster2"]
-    with out.open("w") as f:
-        f.write("# " + " ".join(cmd[:9]) + " ...\n")
-        f.flush()
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False)
+    tool = ROOT / "tools" / "ncu_gemm_steps.py"
+    ncu.run_child(tool, ["--inside", "--shape", "1024x2048x4096", "--candidates", "128 balanced cluster2"], METRICS,
+                  out, ncu_args=["--section", "MemoryWorkloadAnalysis_Tables"],
+                  header=f"# ncu --clock-control none --profile-from-start off --metrics {','.join(METRICS)} "
+                         "--section MemoryWorkloadAnalysis_Tables ...\n")
     print(out.read_text()[-6000:])
 
 

@@ -49,7 +49,7 @@ from cutlass.cute.runtime import make_fake_stream  # noqa: E402
 
 from gemm_kernels import configs, hopper_host, hopper_options  # noqa: E402
 from gemm_kernels.hopper import HopperGemm  # noqa: E402
-from workbook import launch  # noqa: E402
+from workbook import launch, ncu  # noqa: E402
 
 # (M, N, K, candidate): one item per cluster, static walk (`one_wave`), no stream-K
 BUILDS = [(1024, 2048, 4096, "128 balanced cluster2"), (1024, 1024, 8192, "64 uniform cluster2n"),
@@ -159,16 +159,7 @@ def profile(part: str) -> None:
         b = torch.randn(K, N, device="cuda").bfloat16()
         runs += [(f, lambda fn=fn, a=a, b=b: fn(a, b)) for f, fn in contenders(M, N, K, name, orders).items()]
         runs.append((f"{M}x{N}x{K} torch.matmul", lambda a=a, b=b: torch.matmul(a, b)))
-    for _ in range(3):
-        for _, fn in runs:
-            fn()
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for f, fn in runs:
-        print(f"profiled: {f}", file=sys.stderr, flush=True)
-        fn()
-        torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStop()
+    ncu.profile_each(runs)
 
 
 def under_ncu(out: Path, part: str = "orders") -> None:
@@ -176,15 +167,9 @@ def under_ncu(out: Path, part: str = "orders") -> None:
     lrc = [line.split()[0] for line in query.splitlines() if line.startswith("lrc__")]
     metrics = (METRICS + [f"{m}.sum" for m in lrc if "sectors" in m or "requests" in m][:12] if part == "orders"
                else PARTS[part][2])
-    env = {**os.environ, "WORKBOOK_LAUNCH_GRAPHS": "0",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    cmd = ["ncu", "--clock-control", "none", "--profile-from-start", "off", "--metrics", ",".join(metrics),
-           sys.executable, str(Path(__file__).resolve()), "--inside", part]
-    with out.open("w") as f:
-        f.write(f"# ncu --clock-control none --profile-from-start off --metrics {','.join(metrics)}\n")
-        f.write("# lrc metrics this ncu lists: " + " ".join(lrc) + "\n")
-        f.flush()
-        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, env=env, cwd=ROOT, check=False)
+    ncu.run_child(__file__, ["--inside", part], metrics, out,
+                  header=f"# ncu --clock-control none --profile-from-start off --metrics {','.join(metrics)}\n"
+                         "# lrc metrics this ncu lists: " + " ".join(lrc) + "\n")
 
 
 def where(out_dir: str, commit: str) -> None:
@@ -210,7 +195,6 @@ def where(out_dir: str, commit: str) -> None:
     print(df.groupby(["M", "N", "K", "candidate", "order", "rep"]).agg(sms=("smid", "nunique"),
                                                                        data_spread=("data_us", "std")).to_string())
     under_ncu(Path(out_dir) / f"ncu_placement_lrc_{commit}.txt", "where")
-    from workbook import ncu
     table = ncu.read(Path(out_dir) / f"ncu_placement_lrc_{commit}.txt")
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
         print(table.drop(columns=["kernel"]).T.to_string())
@@ -237,7 +221,6 @@ def main(out_dir: str, part: str = "orders") -> None:
         rows += timed_rows(fns, sets, f"{M}x{N}x{K} {name}: banded", 10, M=M, N=N, K=K, candidate=name)
         save(rows, f"{out_dir}/gemm_placement{suffix}_{commit}.csv")
     under_ncu(Path(out_dir) / f"ncu_placement{suffix}_{commit}.txt", part)
-    from workbook import ncu
     import pandas as pd
     table = ncu.read(Path(out_dir) / f"ncu_placement{suffix}_{commit}.txt")
     with pd.option_context("display.width", 250, "display.max_columns", 30, "display.float_format", "{:.4g}".format):
